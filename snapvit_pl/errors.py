@@ -1,0 +1,25 @@
+"""Exception types whose message is meant for the user: one line naming the problem and the fix.
+
+The command-line entry points print these without a traceback (unless ``--verbose``) and exit
+non-zero; any other exception is a bug and keeps its traceback.
+"""
+
+
+class SnapViTError(Exception):
+    """Base class of every user-facing error raised by snapvit-pl."""
+
+
+class UnsupportedModelError(SnapViTError, TypeError):
+    """The model (or one of its blocks) is not an architecture the surgery knows."""
+
+
+class PruningSpecError(SnapViTError, ValueError):
+    """A selection of units, a ratio or a budget is invalid for the model."""
+
+
+class CheckpointError(SnapViTError, ValueError):
+    """A checkpoint or elastic-score file is missing, corrupt, or belongs to another model."""
+
+
+class DataError(SnapViTError, ValueError):
+    """A data set root, layout or file is missing or unreadable."""

@@ -1,0 +1,48 @@
+"""Atomic file output: every artifact is written to a temporary name, then renamed into place."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success rename it onto ``path``.
+
+    Works for files and directories. On any exception the temporary file or directory is
+    removed, so ``path`` is either its old self or complete, never half-written.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    target = tmp / path.name
+    try:
+        yield target
+        if path.is_dir() and not path.is_symlink():
+            trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, trash / path.name)
+            os.replace(target, path)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(target, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as indented JSON to ``path`` atomically."""
+    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")

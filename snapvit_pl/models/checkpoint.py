@@ -1,0 +1,140 @@
+"""Pruned checkpoints: safetensors weights + a JSON architecture record, no pickled code.
+
+A checkpoint is a directory::
+
+    <name>/model.safetensors   the pruned model's state dict
+    <name>/architecture.json   how to build the base timm model, and heads / MLP width per block
+
+:func:`load_pruned` rebuilds the model from timm with the base architecture (no weights
+fetched), cuts it to the recorded shapes and loads the weights. Only timm, safetensors and this
+module are needed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..errors import CheckpointError, SnapViTError
+from ..io import atomic_path
+from .loading import BackboneSpec, load_backbone
+from .surgery import architecture, prune_
+from .units import Subnet
+
+FORMAT = "snapvit-pl/pruned-vit"
+VERSION = 1
+WEIGHTS = "model.safetensors"
+RECORD = "architecture.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save_pruned(
+    model: nn.Module,
+    path: str | Path,
+    base: BackboneSpec,
+    subnet: Subnet | None = None,
+    extra: dict[str, Any] | None = None,
+    overwrite: bool = True,
+) -> Path:
+    """Save a (physically) pruned model as ``path/model.safetensors`` + ``path/architecture.json``.
+
+    Args:
+        model: the pruned timm model.
+        path: output directory, written atomically.
+        base: the spec of the unpruned model it was cut from (its weights are not needed to load).
+        subnet: kept unit indices relative to the base model, recorded for traceability.
+        extra: JSON-serialisable metadata (ratios, params, FLOPs, base fingerprint, ...).
+        overwrite: replace an existing checkpoint at ``path``.
+    """
+    record = {
+        "format": FORMAT,
+        "version": VERSION,
+        "base": base.architecture_only().to_dict(),
+        **architecture(model),
+        "kept_heads": [h.tolist() for h in subnet.heads] if subnet is not None else None,
+        "extra": extra or {},
+    }
+    try:
+        json.dumps(record)
+    except TypeError as err:
+        raise CheckpointError(f"architecture record is not JSON-serialisable ({err}); pass plain values in extra/model_kwargs") from err
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    with atomic_path(path, overwrite=overwrite) as tmp:
+        tmp.mkdir()
+        save_file(state, str(tmp / WEIGHTS), metadata={"format": FORMAT})
+        record["weights_sha256"] = _sha256(tmp / WEIGHTS)
+        (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    return Path(path)
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    """Read and check ``architecture.json`` of a pruned checkpoint directory."""
+    record_path = Path(path) / RECORD
+    if not record_path.is_file():
+        raise CheckpointError(
+            f"{record_path} not found; a pruned checkpoint is a directory with {WEIGHTS} and {RECORD} "
+            "(written by prune.py / save_pruned)"
+        )
+    try:
+        record = json.loads(record_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{record_path} is not valid JSON ({err}); re-export the checkpoint") from err
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise CheckpointError(f"{record_path} is not a snapvit-pl pruned-model record (format != {FORMAT!r})")
+    if record.get("version", 0) > VERSION:
+        raise CheckpointError(f"{record_path} has version {record['version']}; upgrade snapvit-pl to read it")
+    for key in ("base", "heads", "mlp_hidden"):
+        if key not in record:
+            raise CheckpointError(f"{record_path} lacks '{key}'; re-export the checkpoint")
+    return record
+
+
+def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
+    """Rebuild a pruned model from timm + its architecture record, then load its weights.
+
+    Returns:
+        ``(model, record)`` with the model in eval mode.
+
+    Raises:
+        CheckpointError: missing or corrupt files, a record that does not fit its base model,
+            or weights that do not match the record.
+    """
+    path = Path(path)
+    record = read_record(path)
+    weights = path / WEIGHTS
+    if not weights.is_file():
+        raise CheckpointError(f"{weights} not found; the checkpoint directory is incomplete, re-export it")
+    if record.get("weights_sha256") and _sha256(weights) != record["weights_sha256"]:
+        raise CheckpointError(
+            f"{weights} does not match the checksum in {path / RECORD} (truncated, modified or from another run); "
+            "re-export the checkpoint"
+        )
+    model = load_backbone(BackboneSpec.from_dict(record["base"]).architecture_only())
+    try:
+        prune_(model, Subnet.from_counts(record["heads"], record["mlp_hidden"]))
+    except SnapViTError as err:
+        raise CheckpointError(
+            f"{path / RECORD} does not fit its base model {record['base']['model_name']}: {err}; "
+            "the record was edited or written for another architecture"
+        ) from err
+    try:
+        state = load_file(str(weights), device=str(map_location))
+        model.load_state_dict(state, strict=True)
+    except (SafetensorError, RuntimeError, OSError) as err:
+        raise CheckpointError(
+            f"weights {weights} do not match record {path / RECORD}: {' '.join(str(err).split())[:400]}"
+        ) from err
+    return model.eval(), record

@@ -1,0 +1,108 @@
+"""Building the base ViT: timm hub weights, a local checkpoint file, or random weights."""
+from __future__ import annotations
+
+import hashlib
+import importlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import timm
+import torch
+from torch import nn
+
+from ..errors import CheckpointError, UnsupportedModelError
+
+
+@dataclass
+class BackboneSpec:
+    """How to build the base model; JSON-serialisable so pruned checkpoints can record it.
+
+    Args:
+        model_name: a timm model name, with its pretrained tag, e.g. ``"vit_base_patch16_224.dino"``.
+        pretrained: load the weights timm knows for ``model_name`` (from the hub or its cache).
+        checkpoint_path: a local weights file (``.safetensors``, ``.pth``, ``.bin``) loaded instead
+            of the hub weights, through timm's ``pretrained_cfg_overlay=dict(file=...)``.
+        model_kwargs: architecture overrides passed to ``timm.create_model``
+            (e.g. ``img_size``, ``depth``, ``num_classes``); with ``pretrained=False`` and no
+            checkpoint this gives a randomly initialised model, as the tests use.
+    """
+
+    model_name: str = "vit_small_patch16_224.dino"
+    pretrained: bool = True
+    checkpoint_path: Optional[str] = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form; timm layer classes in ``model_kwargs`` become ``{"class_path": ...}``."""
+        return dict(asdict(self), model_kwargs={k: _encode(v) for k, v in self.model_kwargs.items()})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BackboneSpec":
+        """Inverse of :meth:`to_dict`."""
+        kwargs = {k: _decode(v) for k, v in (data.get("model_kwargs") or {}).items()}
+        return cls(data["model_name"], data.get("pretrained", False), data.get("checkpoint_path"), kwargs)
+
+    def architecture_only(self) -> "BackboneSpec":
+        """The same architecture with no weights to fetch (weights come from elsewhere)."""
+        return BackboneSpec(self.model_name, pretrained=False, checkpoint_path=None, model_kwargs=dict(self.model_kwargs))
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, type):
+        return {"class_path": f"{value.__module__}.{value.__qualname__}"}
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"class_path"}:
+        module, _, name = value["class_path"].rpartition(".")
+        if not (module == "timm" or module.startswith("timm.")):
+            raise CheckpointError(f"refusing to import {value['class_path']}: only timm layer classes may be named")
+        return getattr(importlib.import_module(module), name)
+    return value
+
+
+def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
+    """Create a timm model from a :class:`BackboneSpec` (or a model name plus spec fields).
+
+    Raises:
+        UnsupportedModelError: ``model_name`` is not a timm model.
+        CheckpointError: ``checkpoint_path`` is missing, unreadable, or does not fit the model.
+    """
+    if isinstance(spec, str):
+        spec = BackboneSpec(spec, **overrides)
+    base_name = spec.model_name.split(".")[0]
+    if not timm.is_model(base_name):
+        close = timm.list_models(f"*{base_name.split('_')[0]}*")[:8]
+        raise UnsupportedModelError(
+            f"unknown timm model '{spec.model_name}'; check the name with timm.list_models() (similar: {close})"
+        )
+    kwargs = {k: _decode(v) for k, v in spec.model_kwargs.items()}
+    if spec.checkpoint_path is not None:
+        path = Path(spec.checkpoint_path).expanduser()
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint file not found: {path}; pass an existing weights file as checkpoint_path")
+        overlay = dict(kwargs.pop("pretrained_cfg_overlay", {}) or {}, file=str(path))
+        kwargs["pretrained_cfg_overlay"] = overlay
+    try:
+        model = timm.create_model(spec.model_name, pretrained=spec.pretrained or spec.checkpoint_path is not None, **kwargs)
+    except (RuntimeError, OSError, ValueError, KeyError) as err:
+        where = spec.checkpoint_path or f"the hub weights of {spec.model_name}"
+        hint = (
+            "check that the file is a complete state dict for this architecture"
+            if spec.checkpoint_path
+            else "no network? download once and pass checkpoint_path, or set pretrained: false"
+        )
+        raise CheckpointError(f"could not load {where}: {str(err).splitlines()[0][:300]}; {hint}") from err
+    return model.eval()
+
+
+def fingerprint(model: nn.Module) -> str:
+    """SHA-256 over the names, shapes, dtypes and bytes of the state dict (identifies the weights)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()

@@ -1,0 +1,125 @@
+"""Removing heads and MLP neurons: gathered forward passes and physical surgery.
+
+Both paths slice the same tensors through the same layouts (:mod:`.units`):
+
+- :func:`use_subnet` is a context manager: inside it the model computes with only the kept
+  rows/columns, gathered from the original parameters (gradients flow back to them). Nothing is
+  deep-copied or modified in place, and a forward costs what the pruned model costs, which is
+  what a search that tries thousands of candidates needs.
+- :func:`prune_` cuts the tensors for good and updates ``num_heads``/``attn_dim``/Linear and
+  norm shapes, so fused (SDPA) and manual attention paths both stay correct.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+from timm.models.eva import EvaAttention
+
+from .pruned_eva import PrunedEvaAttention
+from .units import BlockUnits, Subnet, UnitGroup, iter_slots, prunable_blocks
+
+# (object, attribute, value) triples; applied in order, undone in reverse.
+_AttrEdit = tuple[object, str, object]
+
+
+def _holder(module: nn.Module, path: str) -> tuple[nn.Module, str]:
+    owner, _, name = path.rpartition(".")
+    return (module.get_submodule(owner) if owner else module), name
+
+
+def _shape_edits(group: UnitGroup, kept: int, is_attention: bool) -> list[_AttrEdit]:
+    """Attribute updates that make ``group.module`` consistent with ``kept`` units."""
+    edits: list[_AttrEdit] = []
+    for slot, tensor in iter_slots(group):
+        holder, _ = _holder(group.module, slot.path)
+        size = kept * group.unit_size * slot.sections
+        if isinstance(holder, nn.Linear):
+            edits.append((holder, "out_features" if slot.dim == 0 else "in_features", size))
+        elif hasattr(holder, "normalized_shape"):
+            edits.append((holder, "normalized_shape", (size,)))
+    if is_attention:
+        attn = group.module
+        edits.append((attn, "num_heads", kept))
+        for attr, value in (("attn_dim", kept * attn.head_dim), ("num_kv_heads", kept), ("kv_dim", kept * attn.head_dim)):
+            if hasattr(attn, attr):
+                edits.append((attn, attr, value))
+        if isinstance(attn, EvaAttention) and type(attn) is EvaAttention:
+            edits.append((attn, "__class__", PrunedEvaAttention))
+    return edits
+
+
+def _plan(
+    blocks: Sequence[BlockUnits], subnet: Subnet
+) -> Iterator[tuple[UnitGroup, torch.Tensor, bool]]:
+    """(group, kept indices, is_attention) for every group that actually loses units."""
+    for block, heads, neurons in zip(blocks, subnet.heads, subnet.neurons):
+        for group, keep, is_attention in ((block.heads, heads, True), (block.neurons, neurons, False)):
+            if len(keep) < group.num_units:
+                yield group, keep, is_attention
+
+
+def _store(holder: nn.Module, name: str) -> dict:
+    return holder._parameters if name in holder._parameters else holder._buffers
+
+
+@contextmanager
+def use_subnet(model: nn.Module, subnet: Subnet, blocks: Sequence[BlockUnits] | None = None):
+    """Run ``model`` as if pruned to ``subnet``, without copying or reshaping its parameters.
+
+    Args:
+        model: a supported timm ViT.
+        subnet: kept heads / neurons per block (validated here).
+        blocks: ``prunable_blocks(model)`` if already computed (saves a walk over the model).
+
+    Example:
+        >>> with use_subnet(model, subnet):
+        ...     features = model(images)
+    """
+    blocks = blocks if blocks is not None else prunable_blocks(model)
+    subnet = subnet.validate(blocks)
+    undo: list[Callable[[], None]] = []
+    try:
+        for group, keep, is_attention in _plan(blocks, subnet):
+            for slot, tensor in iter_slots(group):
+                holder, name = _holder(group.module, slot.path)
+                store = _store(holder, name)
+                undo.append(lambda s=store, n=name, t=store[name]: s.__setitem__(n, t))
+                store[name] = tensor.index_select(slot.dim, group.index(keep, slot))
+            for obj, attr, value in _shape_edits(group, len(keep), is_attention):
+                undo.append(lambda o=obj, a=attr, v=getattr(obj, attr): setattr(o, a, v))
+                setattr(obj, attr, value)
+        yield model
+    finally:
+        for restore in reversed(undo):
+            restore()
+
+
+@torch.no_grad()
+def prune_(model: nn.Module, subnet: Subnet) -> nn.Module:
+    """Physically remove every head and neuron not in ``subnet``, in place; returns ``model``.
+
+    Do this before wrapping the model for DDP or ``torch.compile``.
+
+    Raises:
+        PruningSpecError: if ``subnet`` is invalid for ``model`` (nothing is modified then).
+    """
+    blocks = prunable_blocks(model)
+    subnet = subnet.validate(blocks)
+    for group, keep, is_attention in _plan(blocks, subnet):
+        for slot, tensor in iter_slots(group):
+            holder, name = _holder(group.module, slot.path)
+            store = _store(holder, name)
+            sliced = tensor.index_select(slot.dim, group.index(keep, slot)).clone()
+            store[name] = nn.Parameter(sliced, requires_grad=tensor.requires_grad) if store is holder._parameters else sliced
+        for obj, attr, value in _shape_edits(group, len(keep), is_attention):
+            setattr(obj, attr, value)
+    return model
+
+
+def architecture(model: nn.Module) -> dict[str, list[int]]:
+    """Heads and MLP hidden width per block, e.g. ``{"heads": [6, 4], "mlp_hidden": [1536, 800]}``."""
+    blocks = prunable_blocks(model)
+    return {"heads": [b.heads.num_units for b in blocks], "mlp_hidden": [b.neurons.num_units for b in blocks]}

@@ -1,0 +1,117 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from families import FAMILIES, random_subnet
+from snapvit_pl.errors import CheckpointError, UnsupportedModelError
+from snapvit_pl.models import BackboneSpec, Subnet, fingerprint, load_backbone, load_pruned, prune_, save_pruned
+
+
+def _leftovers(directory):
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_load_pruned_round_trips_to_identical_outputs(tmp_path, family):
+    spec = FAMILIES[family]
+    model = load_backbone(spec)
+    subnet = random_subnet(model, 7)
+    prune_(model, subnet)
+    save_pruned(model, tmp_path / "ckpt", spec, subnet, extra={"mlp_ratio": 0.5})
+    loaded, record = load_pruned(tmp_path / "ckpt")
+    x = torch.randn(2, model.patch_embed.proj.in_channels, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(model(x), loaded(x))
+    assert record["heads"] == subnet.head_counts and record["extra"] == {"mlp_ratio": 0.5}
+    assert _leftovers(tmp_path) == []
+
+
+def test_record_is_plain_json_without_pickles(tmp_path):
+    spec = FAMILIES["vit_swiglu"]  # model_kwargs holds a class: stored by name
+    model = prune_(load_backbone(spec), random_subnet(load_backbone(spec), 1))
+    save_pruned(model, tmp_path / "ckpt", spec)
+    record = json.loads((tmp_path / "ckpt" / "architecture.json").read_text())
+    assert record["base"]["model_kwargs"]["mlp_layer"] == {"class_path": "timm.layers.mlp.SwiGLU"}
+    assert record["base"]["pretrained"] is False
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["architecture.json", "model.safetensors"]
+
+
+@pytest.fixture
+def saved(tmp_path):
+    spec = FAMILIES["dino_vit"]
+    model = load_backbone(spec)
+    prune_(model, random_subnet(model, 2))
+    return save_pruned(model, tmp_path / "ckpt", spec)
+
+
+def _edit_record(path, **changes):
+    record_path = path / "architecture.json"
+    record = json.loads(record_path.read_text())
+    record.update(changes)
+    record_path.write_text(json.dumps(record))
+
+
+def test_record_that_disagrees_with_weights(saved):
+    record = json.loads((saved / "architecture.json").read_text())
+    _edit_record(saved, mlp_hidden=[n - 1 for n in record["mlp_hidden"]])
+    with pytest.raises(CheckpointError, match="do not match record"):
+        load_pruned(saved)
+
+
+def test_record_for_another_base_model(saved):
+    record = json.loads((saved / "architecture.json").read_text())
+    _edit_record(saved, base=dict(record["base"], model_kwargs=dict(record["base"]["model_kwargs"], depth=3)))
+    with pytest.raises(CheckpointError, match="does not fit its base model"):
+        load_pruned(saved)
+
+
+def test_truncated_weights_are_detected(saved):
+    weights = saved / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="checksum"):
+        load_pruned(saved)
+
+
+def test_corrupt_record_and_missing_files(saved, tmp_path):
+    (saved / "architecture.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_pruned(saved)
+    with pytest.raises(CheckpointError, match="architecture.json not found"):
+        load_pruned(tmp_path / "nowhere")
+
+
+def test_failed_save_leaves_no_partial_files(tmp_path):
+    spec = FAMILIES["dino_vit"]
+    model = load_backbone(spec)
+    with pytest.raises(CheckpointError, match="JSON-serialisable"):
+        save_pruned(model, tmp_path / "ckpt", spec, extra={"bad": object()})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_overwrite_refused_unless_asked(saved):
+    model, _ = load_pruned(saved)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        save_pruned(model, saved, FAMILIES["dino_vit"], overwrite=False)
+    save_pruned(model, saved, FAMILIES["dino_vit"], overwrite=True)
+    assert _leftovers(saved.parent) == []
+
+
+def test_load_backbone_from_local_checkpoint_file(tmp_path):
+    spec = FAMILIES["dino_vit"]
+    source = load_backbone(spec)
+    save_file(source.state_dict(), str(tmp_path / "weights.safetensors"))
+    loaded = load_backbone(BackboneSpec(spec.model_name, False, str(tmp_path / "weights.safetensors"), spec.model_kwargs))
+    assert fingerprint(loaded) == fingerprint(source)
+    assert fingerprint(load_backbone(spec)) != fingerprint(source)
+
+
+def test_load_backbone_bad_inputs(tmp_path):
+    with pytest.raises(UnsupportedModelError, match="unknown timm model 'vit_nonexistent_model'"):
+        load_backbone(BackboneSpec("vit_nonexistent_model", pretrained=False))
+    with pytest.raises(CheckpointError, match="checkpoint file not found"):
+        load_backbone(BackboneSpec("vit_small_patch16_224", False, str(tmp_path / "missing.pth"), FAMILIES["dino_vit"].model_kwargs))
+    (tmp_path / "garbage.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="could not load"):
+        load_backbone(BackboneSpec("vit_small_patch16_224", False, str(tmp_path / "garbage.pth"), FAMILIES["dino_vit"].model_kwargs))

@@ -1,0 +1,37 @@
+import torch
+
+from families import FAMILIES, random_subnet
+from snapvit_pl.models import Subnet, count_flops, count_params, load_backbone, prunable_blocks, prune_
+
+
+def test_param_count_matches_closed_form():
+    model = load_backbone(FAMILIES["dino_vit"])  # qkv and fc1 with bias, no scale norms
+    dense = count_params(model)
+    subnet = random_subnet(model, 4)
+    dim, head_dim = 64, 16
+    removed = 0
+    for block, heads, neurons in zip(prunable_blocks(model), subnet.heads, subnet.neurons):
+        removed += (block.heads.num_units - len(heads)) * head_dim * (3 * dim + 3 + dim)  # qkv rows+bias, proj cols
+        removed += (block.neurons.num_units - len(neurons)) * (dim + 1 + dim)  # fc1 row+bias, fc2 col
+    prune_(model, subnet)
+    assert count_params(model) == dense - removed
+
+
+def test_flops_fall_when_units_are_removed():
+    model = load_backbone(FAMILIES["eva02_fused_qkv"])
+    dense = count_flops(model)
+    blocks = prunable_blocks(model)
+    half = Subnet([torch.arange(b.heads.num_units // 2) for b in blocks], [torch.arange(b.neurons.num_units) for b in blocks])
+    prune_(model, half)
+    fewer_heads = count_flops(model)
+    assert 0 < fewer_heads < dense
+    prune_(model, Subnet([torch.arange(2)] * 2, [torch.arange(8)] * 2))
+    assert count_flops(model) < fewer_heads
+
+
+def test_flops_count_attention_and_linears():
+    model = load_backbone(FAMILIES["dino_vit"])
+    tokens, dim, hidden = 1 + (32 // 8) ** 2, 64, 256
+    per_block = 2 * tokens * (dim * 3 * dim + dim * dim + 2 * dim * hidden) + 2 * 2 * tokens * tokens * dim
+    patch = 2 * (32 // 8) ** 2 * 3 * 8 * 8 * dim
+    assert count_flops(model) == 2 * per_block + patch

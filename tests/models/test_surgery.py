@@ -1,0 +1,97 @@
+import copy
+
+import pytest
+import torch
+
+from families import FAMILIES, random_subnet
+from snapvit_pl.errors import PruningSpecError
+from snapvit_pl.models import Subnet, architecture, load_backbone, manual_attention, prunable_blocks, prune_, use_subnet
+
+FAMILY_NAMES = sorted(FAMILIES)
+
+
+def _images(model, n=2):
+    return torch.randn(n, model.patch_embed.proj.in_channels, 32, 32)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_zero_pruning_is_bit_identical(family):
+    model = load_backbone(FAMILIES[family])
+    x = _images(model)
+    with torch.no_grad():
+        reference = model(x)
+        with use_subnet(model, Subnet.full(model)):
+            masked = model(x)
+        physical = prune_(copy.deepcopy(model), Subnet.full(model))(x)
+    assert torch.equal(masked, reference)
+    assert torch.equal(physical, reference)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_masked_forward_matches_physical_surgery(family, seed):
+    model = load_backbone(FAMILIES[family])
+    x = _images(model)
+    subnet = random_subnet(model, seed)
+    with torch.no_grad():
+        dense = model(x)
+        with use_subnet(model, subnet):
+            masked = model(x)
+        restored = model(x)
+        physical = prune_(copy.deepcopy(model), subnet)(x)
+    assert torch.equal(restored, dense), "use_subnet must restore the model on exit"
+    assert (masked - physical).abs().max() <= 1e-5
+    assert architecture(prune_(copy.deepcopy(model), subnet)) == {
+        "heads": subnet.head_counts, "mlp_hidden": subnet.neuron_counts
+    }
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_minimum_model_runs_with_fused_and_manual_attention(family):
+    model = load_backbone(FAMILIES[family])
+    blocks = prunable_blocks(model)
+    keep_one = Subnet([torch.tensor([b.heads.num_units - 1]) for b in blocks], [torch.tensor([0]) for _ in blocks])
+    prune_(model, keep_one)
+    assert architecture(model) == {"heads": [1, 1], "mlp_hidden": [1, 1]}
+    x = _images(model)
+    with torch.no_grad():
+        fused = model(x)
+        with manual_attention(model):
+            manual = model(x)
+    assert torch.isfinite(fused).all()
+    assert (fused - manual).abs().max() <= 1e-5
+
+
+def test_gradients_reach_original_parameters_through_gathered_forward():
+    model = load_backbone(FAMILIES["dino_vit"])
+    subnet = random_subnet(model, 0)
+    with use_subnet(model, subnet):
+        model(_images(model)).sum().backward()
+    fc1 = model.blocks[0].mlp.fc1.weight.grad
+    removed = sorted(set(range(fc1.shape[0])) - set(subnet.neurons[0].tolist()))
+    assert fc1[subnet.neurons[0]].abs().sum() > 0
+    assert fc1[removed].abs().sum() == 0
+
+
+def test_invalid_subnet_leaves_model_untouched():
+    model = load_backbone(FAMILIES["dino_vit"])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    bad = Subnet([torch.tensor([0]), torch.tensor([], dtype=torch.long)], [torch.tensor([0]), torch.tensor([0])])
+    with pytest.raises(PruningSpecError, match="block 1 heads: every unit would be removed"):
+        prune_(model, bad)
+    with pytest.raises(PruningSpecError):
+        with use_subnet(model, bad):
+            pass
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.parametrize("family", ["dino_vit", "eva02_fused_qkv"])
+def test_pruned_model_runs_under_torch_compile(family):
+    model = load_backbone(FAMILIES[family])
+    prune_(model, random_subnet(model, 3))
+    x = _images(model)
+    with torch.no_grad():
+        eager = model(x)
+        compiled = torch.compile(model)(x)
+    assert (eager - compiled).abs().max() <= 1e-4
