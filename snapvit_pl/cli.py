@@ -1,16 +1,121 @@
-"""Command-line entry points (LightningCLI) shared by ``prune.py`` and ``train.py``."""
+"""Command-line entry points (LightningCLI) behind ``prune.py`` and ``train.py``.
+
+Errors the user can fix (:class:`snapvit_pl.errors.SnapViTError`) are printed as one line and
+exit with status 2; ``--verbose`` re-raises them with their traceback.
+"""
 from __future__ import annotations
 
+import os
 import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Optional
+
+from .errors import ConfigError, SnapViTError
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PRUNE_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
+RESULT_FILES = ("report.json", "elastic_scores.safetensors", "models")
 
 
-def prune_main(argv: list[str] | None = None) -> int:
-    """Entry point of ``prune.py``."""
-    print("prune.py: the pruning pipeline is not implemented yet (see the issue tracker); the install works.")
+# Expected in a pruning run: no optimiser, no validation loop.
+for _message in (
+    ".*returned `None`, this fit will run with no optimizer", ".*but have no `validation_step`",
+    ".*LightningCLI's args parameter", ".*module\\(s\\) in eval mode at the start of training", ".*isinstance.treespec, LeafSpec.*",
+):
+    warnings.filterwarnings("ignore", message=_message)
+
+
+def _pop_flag(argv: list[str], flag: str) -> bool:
+    present = flag in argv
+    while flag in argv:
+        argv.remove(flag)
+    return present
+
+
+def _fail(err: BaseException, verbose: bool) -> int:
+    if verbose:
+        raise err
+    print(f"error: {err}", file=sys.stderr)
+    print("(run again with --verbose for the traceback)", file=sys.stderr)
+    return 2
+
+
+def check_run_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse to write into a run directory that already holds results, unless ``overwrite``."""
+    existing = [name for name in RESULT_FILES if (out_dir / name).exists()]
+    if existing and not overwrite:
+        raise ConfigError(
+            f"{out_dir} already holds results ({', '.join(existing)}); pass --overwrite true to replace them "
+            "or choose another --out_dir"
+        )
+
+
+def _prune_cli(argv: list[str]):
+    from pytorch_lightning.cli import LightningCLI
+
+    from callbacks import EvaluationCallback, ExportCallback, ImportanceCallback, ReportCallback, SearchCallback
+
+    from .data import ClassificationDataModule, VisionDataModule
+    from .lightning.pruning_module import PruningModule
+
+    class PruneCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser) -> None:
+            parser.add_argument("--out_dir", type=Optional[str], default=None,
+                                help="run directory (default: runs/prune/<timestamp>)")
+            parser.add_argument("--overwrite", type=bool, default=False,
+                                help="replace the results of an earlier run in out_dir")
+            parser.add_lightning_class_args(ImportanceCallback, "importance")
+            parser.add_lightning_class_args(SearchCallback, "search")
+            parser.add_lightning_class_args(ExportCallback, "export")
+            parser.add_lightning_class_args(EvaluationCallback, "evaluation")
+            parser.add_lightning_class_args(ReportCallback, "report")
+            parser.link_arguments("model.model_name", "data.init_args.model_name")
+            parser.set_defaults({
+                "trainer.max_epochs": 1, "trainer.enable_checkpointing": False, "trainer.num_sanity_val_steps": 0,
+                "trainer.limit_val_batches": 0, "trainer.devices": 1, "trainer.enable_model_summary": False,
+            })
+
+        def before_instantiate_classes(self) -> None:
+            config = self.config
+            out_dir = Path(config.out_dir or Path("runs") / "prune" / time.strftime("%Y%m%d-%H%M%S"))
+            check_run_dir(out_dir, config.overwrite)
+            config.out_dir = str(out_dir)
+            config.trainer.default_root_dir = str(out_dir)
+            if config.trainer.logger in (None, True):
+                config.trainer.logger = {
+                    "class_path": "pytorch_lightning.loggers.TensorBoardLogger",
+                    "init_args": {"save_dir": str(out_dir), "name": "tensorboard", "version": ""},
+                }
+
+    return PruneCLI(
+        PruningModule, VisionDataModule, subclass_mode_data=True, run=False, args=argv, seed_everything_default=0,
+        save_config_callback=None, parser_kwargs={"description": "Prune a pretrained ViT into an elastic family (SnapViT)."},
+        trainer_defaults={}, auto_configure_optimizers=False,
+    ), ClassificationDataModule
+
+
+def prune_main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``prune.py``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = _pop_flag(argv, "--verbose") or bool(os.environ.get("SNAPVIT_VERBOSE"))
+    if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv) and not {"-h", "--help"} & set(argv):
+        argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
+    try:
+        cli, _ = _prune_cli(argv)
+        from .io import write_text_atomic
+
+        out_dir = Path(cli.config.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_none=False))
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    except SnapViTError as err:
+        return _fail(err, verbose)
     return 0
 
 
-def train_main(argv: list[str] | None = None) -> int:
+def train_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``train.py``."""
     print("train.py: fine-tuning is not implemented yet (see the issue tracker); the install works.")
     return 0

@@ -23,3 +23,7 @@ class CheckpointError(SnapViTError, ValueError):
 
 class DataError(SnapViTError, ValueError):
     """A data set root, layout or file is missing or unreadable."""
+
+
+class ConfigError(SnapViTError, ValueError):
+    """A command-line or YAML setting is invalid or conflicts with existing files."""

@@ -38,11 +38,11 @@ def input_shape(model: nn.Module) -> tuple[int, int, int]:
 
 
 @torch.no_grad()
-def count_flops(model: nn.Module, shape: Sequence[int] | None = None) -> int:
-    """FLOPs of one forward pass on a single image of ``shape`` (C, H, W), via ``torch.utils.flop_counter``.
+def flop_counts(model: nn.Module, shape: Sequence[int] | None = None) -> tuple[int, dict[str, int]]:
+    """Total FLOPs of one forward pass on one image of ``shape`` (C, H, W), and FLOPs per module name.
 
-    Attention is counted on the manual path, since the CPU SDPA kernels are not registered with
-    the counter; a multiply-add counts as 2 FLOPs.
+    Counted by ``torch.utils.flop_counter`` with attention on the manual path (the CPU SDPA
+    kernels are not registered with the counter); a multiply-add counts as 2 FLOPs.
     """
     shape = tuple(shape) if shape is not None else input_shape(model)
     param = next(model.parameters())
@@ -54,4 +54,10 @@ def count_flops(model: nn.Module, shape: Sequence[int] | None = None) -> int:
             model(x)
     finally:
         model.train(was_training)
-    return int(counter.get_total_flops())
+    per_module = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
+    return int(counter.get_total_flops()), per_module
+
+
+def count_flops(model: nn.Module, shape: Sequence[int] | None = None) -> int:
+    """FLOPs of one forward pass on a single image (see :func:`flop_counts`)."""
+    return flop_counts(model, shape)[0]

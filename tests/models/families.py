@@ -2,7 +2,8 @@
 import torch
 from timm.layers import SwiGLU
 
-from snapvit_pl.models import BackboneSpec, Subnet, prunable_blocks
+from snapvit_pl.elastic import ElasticScores, initial_coefficients
+from snapvit_pl.models import BackboneSpec, Subnet, fingerprint, prunable_blocks
 
 SMALL = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4)
 
@@ -34,3 +35,15 @@ def random_subnet(model, seed, min_heads=1, min_neurons=1):
         heads.append(torch.randperm(b.heads.num_units, generator=g)[:h])
         neurons.append(torch.randperm(b.neurons.num_units, generator=g)[:n])
     return Subnet(heads, neurons)
+
+
+def random_elastic_scores(model, seed=0):
+    """Seeded random local scores with the search's initial coefficients."""
+    g = torch.Generator().manual_seed(seed)
+    blocks = prunable_blocks(model)
+    return ElasticScores(
+        [torch.rand(b.heads.num_units, generator=g) for b in blocks],
+        [torch.rand(b.neurons.num_units, generator=g) for b in blocks],
+        initial_coefficients(len(blocks), [b.heads.num_units for b in blocks]),
+        fingerprint=fingerprint(model),
+    )

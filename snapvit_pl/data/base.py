@@ -1,0 +1,309 @@
+"""Shared pieces of the DataModules: image reading, seeded balanced subsets, the base module."""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, Literal, Optional, Union
+
+import pytorch_lightning as pl
+import torch
+from PIL import Image
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from snapvit_pl.data.transforms import MultiCropTransform, resolve_input_config
+from snapvit_pl.errors import DataError
+
+log = logging.getLogger(__name__)
+
+Views = Literal["plain", "multicrop"]
+SPLITS = ("train", "val")
+
+
+def read_image(path: str) -> Image.Image:
+    """Decode an image file fully; raise DataError naming the path when it cannot be read."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return image
+    except (OSError, SyntaxError, ValueError) as err:
+        raise DataError(f"cannot read image {path} ({err}); replace or delete the file, "
+                        "or set skip_corrupt: true to skip unreadable files") from err
+
+
+def is_readable(path: str) -> bool:
+    """Whether read_image succeeds on path."""
+    try:
+        read_image(path)
+    except DataError:
+        return False
+    return True
+
+
+def dataset_targets(dataset: Dataset) -> Optional[list[int]]:
+    """Class labels of a dataset without loading its images (``targets``/``labels``), else None."""
+    if isinstance(dataset, Subset):
+        targets = dataset_targets(dataset.dataset)
+        return None if targets is None else [targets[i] for i in dataset.indices]
+    targets = getattr(dataset, "targets", None)
+    if targets is None:
+        targets = getattr(dataset, "labels", None)
+    if targets is None:
+        return None
+    return [int(t) for t in (targets.tolist() if hasattr(targets, "tolist") else targets)]
+
+
+def balanced_subset_indices(
+    num_items: int,
+    targets: Optional[Sequence[int]],
+    max_samples: Optional[int],
+    seed: int,
+    keep: Optional[Callable[[int], bool]] = None,
+) -> list[int]:
+    """Seeded class-balanced selection: classes take turns giving a random item each.
+
+    Args:
+        num_items: dataset length.
+        targets: class of each item (None: one class, i.e. a plain random subset).
+        max_samples: how many to take (None: all).
+        seed: seed of the per-class shuffles.
+        keep: predicate; items it rejects are passed over (e.g. unreadable files).
+
+    Returns:
+        sorted indices; per-class counts differ by at most one unless a class runs out.
+    """
+    if keep is None and (max_samples is None or max_samples >= num_items):
+        return list(range(num_items))
+    generator = torch.Generator().manual_seed(seed)
+    by_class: dict[int, list[int]] = defaultdict(list)
+    for index in torch.randperm(num_items, generator=generator).tolist():
+        by_class[targets[index] if targets is not None else 0].append(index)
+    queues = [iter(by_class[label]) for label in sorted(by_class)]
+    limit = num_items if max_samples is None else min(max_samples, num_items)
+    chosen: list[int] = []
+    while queues and len(chosen) < limit:
+        for queue in list(queues):
+            index = next((i for i in queue if keep is None or keep(i)), None)
+            if index is None:
+                queues.remove(queue)
+                continue
+            chosen.append(index)
+            if len(chosen) == limit:
+                break
+    return sorted(chosen)
+
+
+class MappedDataset(Dataset):
+    """Dataset of ``fn(*dataset[i])``.
+
+    Args:
+        dataset: yields (image, target) tuples.
+        fn: picklable callable taking (image, target).
+    """
+
+    def __init__(self, dataset: Dataset, fn: Callable):
+        self.dataset, self.fn = dataset, fn
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        return self.fn(*self.dataset[index])
+
+
+class TransformImage:
+    """(image, target) -> (transform(image), target); with keep_target=False only the image."""
+
+    def __init__(self, transform: Callable, keep_target: bool = True):
+        self.transform, self.keep_target = transform, keep_target
+
+    def __call__(self, image, target):
+        return (self.transform(image), target) if self.keep_target else self.transform(image)
+
+
+def find_timm_model(module: nn.Module) -> Optional[nn.Module]:
+    """First submodule that looks like a timm model (has pretrained_cfg or patch_embed)."""
+    return next((m for m in module.modules() if hasattr(m, "pretrained_cfg") or hasattr(m, "patch_embed")), None)
+
+
+class VisionDataModule(pl.LightningDataModule):
+    """Base of the classification and segmentation DataModules (see their docstrings for the args).
+
+    Subclasses implement ``_build_split(split)`` (untransformed (PIL image, target) dataset),
+    ``_sample_files(dataset)`` (index -> files of a sample, or None when not file-backed),
+    ``_labeled_fn(split)`` and ``_plain_transform()``.
+    """
+
+    def __init__(
+        self,
+        root: str = "data",
+        download: bool = False,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        max_samples: Optional[int] = None,
+        skip_corrupt: bool = False,
+        train_augment: bool = False,
+        train_views: Literal["labeled", "plain", "multicrop"] = "labeled",
+        model_name: Optional[str] = None,
+        data_config: Optional[dict[str, Any]] = None,
+        n_global_views: int = 2,
+        n_local_views: int = 10,
+        global_crop_scale: tuple[float, float] = (0.25, 1.0),
+        local_crop_scale: tuple[float, float] = (0.05, 0.25),
+        multicrop_color_jitter: float = 0.0,
+    ):
+        super().__init__()
+        self.root, self.download = root, download
+        self.batch_size, self.num_workers, self.pin_memory, self.seed = batch_size, num_workers, pin_memory, seed
+        self.max_samples, self.skip_corrupt, self.train_augment = max_samples, skip_corrupt, train_augment
+        self.train_views = train_views
+        self.model_name, self.data_config_overrides = model_name, dict(data_config or {})
+        self.multicrop_args = dict(n_global=n_global_views, n_local=n_local_views, global_scale=global_crop_scale,
+                                   local_scale=local_crop_scale, color_jitter=multicrop_color_jitter)
+        self._model_config: Optional[dict[str, Any]] = None
+        self._bases: dict[str, Dataset] = {}
+        self._subsets: dict[tuple[str, Optional[int]], Dataset] = {}
+        self.skipped: dict[str, list[str]] = {}
+
+    # -- model-dependent input pipeline ---------------------------------------------------
+    def configure_for_model(self, model: Union[nn.Module, Mapping[str, Any]]) -> dict[str, Any]:
+        """Take input size, channels, mean/std and interpolation from a timm model (or its
+        pretrained_cfg / data-config dict); data_config overrides still apply. Returns the config.
+
+        Only the resolved config is kept, not the model."""
+        self._model_config = resolve_input_config(model) if isinstance(model, nn.Module) else dict(model)
+        return self.input_config
+
+    @property
+    def input_config(self) -> dict[str, Any]:
+        """Resolved timm data config: input_size (C, H, W), mean, std, interpolation, crop_pct."""
+        return resolve_input_config(self._model_config, self.model_name, self.data_config_overrides)
+
+    # -- Lightning hooks --------------------------------------------------------------------
+    def setup(self, stage: Optional[str] = None) -> None:
+        """Build the train/val datasets in this process (no downloads here)."""
+        if self._model_config is None and self.trainer is not None and self.trainer.lightning_module is not None:
+            timm_model = find_timm_model(self.trainer.lightning_module)
+            if timm_model is not None:
+                self.configure_for_model(timm_model)
+        for split in SPLITS:
+            if split not in self._bases:
+                self._bases[split] = self._build_split(split)
+
+    def base_dataset(self, split: str) -> Dataset:
+        """Untransformed (PIL image, target) dataset of a split ("train" or "val"), all samples."""
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        if split not in self._bases:
+            self.setup()
+        return self._bases[split]
+
+    def dataset(self, split: str, max_samples: Optional[int] = None) -> Dataset:
+        """Untransformed split restricted to a seeded class-balanced subset (cached).
+
+        With skip_corrupt, unreadable samples are passed over and their paths listed in
+        ``self.skipped[split]``.
+
+        Args:
+            split: "train" or "val".
+            max_samples: subset size (None: the module's max_samples).
+        """
+        base = self.base_dataset(split)
+        limit = self.max_samples if max_samples is None else max_samples
+        if (split, limit) in self._subsets:
+            return self._subsets[split, limit]
+        sample_files = self._sample_files(base) if self.skip_corrupt else None
+        unreadable: list[str] = []
+
+        def keep(index: int) -> bool:
+            bad = [path for path in sample_files(index) if not is_readable(path)]
+            unreadable.extend(bad)
+            return not bad
+
+        indices = balanced_subset_indices(len(base), dataset_targets(base), limit, self.seed,
+                                          keep if sample_files is not None else None)
+        if sample_files is not None:
+            self.skipped[split] = sorted(set(self.skipped.get(split, [])) | set(unreadable))
+            if unreadable:
+                log.warning("skipped %d unreadable file(s) in the %s split: %s%s", len(unreadable), split,
+                            ", ".join(unreadable[:3]), " ..." if len(unreadable) > 3 else "")
+        subset = base if len(indices) == len(base) else Subset(base, indices)
+        self._subsets[split, limit] = subset
+        return subset
+
+    def labeled_dataset(self, split: str, max_samples: Optional[int] = None) -> Dataset:
+        """Transformed (image, target) dataset of a split."""
+        return MappedDataset(self.dataset(split, max_samples), self._labeled_fn(split))
+
+    def unlabeled_dataset(self, split: str = "train", views: Views = "plain",
+                          max_samples: Optional[int] = None) -> Dataset:
+        """Images only: plain eval views [C, H, W] or multi-crop views [V, C, H, W]."""
+        if views == "plain":
+            transform = self._plain_transform()
+        elif views == "multicrop":
+            transform = MultiCropTransform(self.input_config, **self.multicrop_args)
+        else:
+            raise DataError(f"unknown views {views!r}; use 'plain' or 'multicrop'")
+        return MappedDataset(self.dataset(split, max_samples), TransformImage(transform, keep_target=False))
+
+    def unlabeled_dataloader(self, views: Views = "plain", batch_size: Optional[int] = None,
+                             max_samples: Optional[int] = None, split: str = "train",
+                             shuffle: bool = False) -> DataLoader:
+        """Batches of unlabeled images for pruning: multi-crop for the self-supervised scorer,
+        plain for the search fitness and weight correction.
+
+        Args:
+            views: "plain" ([B, C, H, W]) or "multicrop" ([B, V, C, H, W]).
+            batch_size: default the module's batch_size.
+            max_samples: seeded class-balanced subset size (default the module's max_samples).
+            split: "train" or "val".
+            shuffle: reshuffle every epoch (seeded).
+        """
+        return self._loader(self.unlabeled_dataset(split, views, max_samples), shuffle, batch_size)
+
+    def labeled_dataloader(self, split: str = "val", max_samples: Optional[int] = None,
+                           batch_size: Optional[int] = None, shuffle: bool = False) -> DataLoader:
+        """Batches of (images [B, C, H, W], labels [B] or masks [B, H, W]) for evaluation.
+
+        Args:
+            split: "train" or "val".
+            max_samples: seeded class-balanced subset size (default the module's max_samples).
+            batch_size: default the module's batch_size.
+            shuffle: reshuffle every epoch (seeded).
+        """
+        return self._loader(self.labeled_dataset(split, max_samples), shuffle, batch_size)
+
+    def train_dataloader(self) -> DataLoader:
+        if self.train_views != "labeled":
+            return self.unlabeled_dataloader(self.train_views, shuffle=True)
+        return self.labeled_dataloader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.labeled_dataloader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        """The val split (the evaluation split of ImageNet, ADE20K and VOC)."""
+        return self.val_dataloader()
+
+    def _loader(self, dataset: Dataset, shuffle: bool, batch_size: Optional[int] = None) -> DataLoader:
+        return DataLoader(
+            dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
+            pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.seed),
+        )
+
+    # -- subclass interface -----------------------------------------------------------------
+    def _build_split(self, split: str) -> Dataset:
+        raise NotImplementedError
+
+    def _sample_files(self, dataset: Dataset) -> Optional[Callable[[int], Sequence[str]]]:
+        raise NotImplementedError
+
+    def _labeled_fn(self, split: str) -> Callable:
+        raise NotImplementedError
+
+    def _plain_transform(self) -> Callable:
+        raise NotImplementedError

@@ -1,0 +1,182 @@
+"""Labeled classification data: ImageFolder trees, torchvision data sets by name, Fashion-MNIST."""
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Sequence
+from typing import Any, Callable, Literal, Optional
+
+import torch
+import torchvision.datasets
+from torch.utils.data import Dataset, Subset
+from torchvision.datasets import ImageFolder
+
+from snapvit_pl.data.base import TransformImage, VisionDataModule, dataset_targets, read_image
+from snapvit_pl.data.fashion_mnist import FashionMNIST, download_fashion_mnist
+from snapvit_pl.data.transforms import classification_transform
+from snapvit_pl.errors import DataError
+
+FOLDER_LAYOUT = ("root/train/<class>/<image> and root/val/<class>/<image>, "
+                 "or root/<class>/<image> with val_split")
+_FASHION_MNIST_NAMES = ("fashion_mnist", "fashionmnist", "fashion-mnist")
+
+
+def torchvision_dataset_class(name: str) -> type:
+    """A torchvision.datasets class by case-insensitive name without separators ("cifar10")."""
+    key = name.replace("_", "").replace("-", "").lower()
+    for attr in torchvision.datasets.__all__:
+        if attr.lower() == key:
+            return getattr(torchvision.datasets, attr)
+    raise DataError(f"unknown data source {name!r}; use 'folder', 'fashion_mnist' or a torchvision.datasets "
+                    "name such as cifar10, cifar100, mnist, svhn")
+
+
+def _split_kwargs(dataset_class: type, split: str) -> dict[str, Any]:
+    """torchvision's split argument: ``train=bool`` or ``split="train"/"test"`` ("val" for ImageNet)."""
+    if "train" in inspect.signature(dataset_class).parameters:
+        return {"train": split == "train"}
+    held_out = "val" if dataset_class is torchvision.datasets.ImageNet else "test"
+    return {"split": "train" if split == "train" else held_out}
+
+
+class ClassificationDataModule(VisionDataModule):
+    """Labeled images for evaluation and unlabeled views for pruning.
+
+    Transforms follow the model's timm data config (``configure_for_model(model)``, the trainer's
+    LightningModule at setup, ``model_name`` or ``data_config``); images are converted to the
+    model's channel count. Train and val use the eval transform unless ``train_augment``.
+
+    Args:
+        source: "folder" (ImageFolder tree at root), "fashion_mnist" (Debian package, then root)
+            or a torchvision.datasets name ("cifar10", "cifar100", "mnist", "svhn", ...).
+        root: data folder (ImageFolder tree, or where torchvision data sets live / download to).
+        download: let prepare_data download torchvision data sets and Fashion-MNIST into root.
+        val_split: for a folder without train/ and val/: fraction of images held out as val.
+        batch_size: images per batch.
+        num_workers: DataLoader workers (persistent when > 0).
+        pin_memory: DataLoader pin_memory.
+        seed: seed of subsets, splits, shuffling and worker seeds.
+        max_samples: per split, a seeded class-balanced subset of this size (None: all).
+        skip_corrupt: skip (and list in ``skipped``) unreadable image files instead of failing.
+        train_augment: timm's training augmentation on the train split.
+        train_views: what train_dataloader yields: "labeled" (image, label), or unlabeled
+            "plain" / "multicrop" views for pruning.
+        model_name: timm model name whose pretrained_cfg gives the data config.
+        data_config: timm data-config overrides (input_size, in_chans, mean, std, interpolation,
+            crop_pct, crop_mode).
+        n_global_views: multi-crop global views (scale global_crop_scale).
+        n_local_views: multi-crop local views (scale local_crop_scale).
+        global_crop_scale: area range of global crops.
+        local_crop_scale: area range of local crops.
+        multicrop_color_jitter: colour jitter strength of multi-crop views (0: none).
+    """
+
+    def __init__(
+        self,
+        source: str = "fashion_mnist",
+        root: str = "data",
+        download: bool = False,
+        val_split: Optional[float] = None,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        max_samples: Optional[int] = None,
+        skip_corrupt: bool = False,
+        train_augment: bool = False,
+        train_views: Literal["labeled", "plain", "multicrop"] = "labeled",
+        model_name: Optional[str] = None,
+        data_config: Optional[dict[str, Any]] = None,
+        n_global_views: int = 2,
+        n_local_views: int = 10,
+        global_crop_scale: tuple[float, float] = (0.25, 1.0),
+        local_crop_scale: tuple[float, float] = (0.05, 0.25),
+        multicrop_color_jitter: float = 0.0,
+    ):
+        super().__init__(root, download, batch_size, num_workers, pin_memory, seed, max_samples, skip_corrupt,
+                         train_augment, train_views, model_name, data_config, n_global_views, n_local_views,
+                         global_crop_scale, local_crop_scale, multicrop_color_jitter)
+        self.save_hyperparameters()
+        self.source, self.val_split = source.lower(), val_split
+        if self.source not in ("folder", *_FASHION_MNIST_NAMES):
+            torchvision_dataset_class(self.source)  # fail fast on an unknown name
+
+    @property
+    def classes(self) -> list[str]:
+        """Class names, index = label."""
+        train = self.base_dataset("train")
+        dataset = train.dataset if isinstance(train, Subset) else train
+        classes = getattr(dataset, "classes", None)
+        if classes is None:
+            classes = [str(label) for label in sorted(set(dataset_targets(dataset)))]
+        return list(classes)
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes."""
+        return len(self.classes)
+
+    def prepare_data(self) -> None:
+        """Download (rank 0 only) when ``download`` is set; otherwise nothing."""
+        if not self.download or self.source == "folder":
+            return
+        if self.source in _FASHION_MNIST_NAMES:
+            download_fashion_mnist(self.root)
+            return
+        dataset_class = torchvision_dataset_class(self.source)
+        for split in ("train", "val"):
+            dataset_class(self.root, download=True, **_split_kwargs(dataset_class, split))
+
+    def _build_split(self, split: str) -> Dataset:
+        if self.source == "folder":
+            return self._folder_split(split)
+        if self.source in _FASHION_MNIST_NAMES:
+            return FashionMNIST(self.root, split)
+        dataset_class = torchvision_dataset_class(self.source)
+        try:
+            return dataset_class(self.root, download=False, **_split_kwargs(dataset_class, split))
+        except RuntimeError as err:
+            raise DataError(f"{dataset_class.__name__} not found under {os.path.abspath(self.root)} ({err}); "
+                            "set download: true to fetch it into root, or point root at an existing copy") from err
+
+    def _folder_split(self, split: str) -> Dataset:
+        if not os.path.isdir(self.root):
+            raise DataError(f"image folder root {self.root} does not exist; expected {FOLDER_LAYOUT}")
+        split_dir = os.path.join(self.root, split)
+        if os.path.isdir(os.path.join(self.root, "train")) and os.path.isdir(os.path.join(self.root, "val")):
+            dataset = self._image_folder(split_dir)
+            if split == "val":
+                train_classes = self.base_dataset("train").classes
+                if dataset.classes != train_classes:
+                    raise DataError(f"class folders of {split_dir} {dataset.classes} differ from train's "
+                                    f"{train_classes}; give both splits the same class folders")
+            return dataset
+        if self.val_split is None or not 0 < self.val_split < 1:
+            raise DataError(f"{self.root} has no train/ and val/ folders and val_split is {self.val_split}; "
+                            f"expected {FOLDER_LAYOUT} (val_split between 0 and 1)")
+        dataset = self._image_folder(self.root)
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(self.seed)).tolist()
+        num_val = max(1, round(len(dataset) * self.val_split))
+        return Subset(dataset, sorted(order[:num_val] if split == "val" else order[num_val:]))
+
+    @staticmethod
+    def _image_folder(directory: str) -> ImageFolder:
+        try:
+            return ImageFolder(directory, loader=read_image)
+        except (FileNotFoundError, OSError) as err:
+            raise DataError(f"no class folders with images in {directory} ({err}); expected {FOLDER_LAYOUT}") from err
+
+    def _sample_files(self, dataset: Dataset) -> Optional[Callable[[int], Sequence[str]]]:
+        if isinstance(dataset, Subset) and isinstance(dataset.dataset, ImageFolder):
+            samples, indices = dataset.dataset.samples, dataset.indices
+            return lambda index: [samples[indices[index]][0]]
+        if isinstance(dataset, ImageFolder):
+            return lambda index: [dataset.samples[index][0]]
+        return None
+
+    def _labeled_fn(self, split: str) -> Callable:
+        augment = self.train_augment and split == "train"
+        return TransformImage(classification_transform(self.input_config, train_augment=augment))
+
+    def _plain_transform(self) -> Callable:
+        return classification_transform(self.input_config)

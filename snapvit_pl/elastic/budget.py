@@ -1,0 +1,183 @@
+"""Budgets: prune-ratio pairs, an overall sparsity, or a parameter / FLOPs target.
+
+Every budget is resolved to a (mlp_ratio, head_ratio) pair. Sparsity, parameter and FLOPs
+targets move along one documented *schedule*, ``mlp_ratio = t``, ``head_ratio = t - 0.15``
+(clipped to what the minimum keep ratios allow), on which the paper's evaluated pairs
+(0.15, 0), (0.25, 0.1), ... (0.65, 0.5) lie; ``t`` is found by bisection so that the model
+meets the target with the smallest possible cut.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import PruningSpecError
+from ..models.cost import count_params, flop_counts
+from ..models.units import Subnet, UnitGroup, iter_slots, prunable_blocks
+from .ranking import check_ratio, min_kept, select_subnet
+
+HEAD_LAG = 0.15  # head_ratio = mlp_ratio - HEAD_LAG along the schedule
+
+
+@dataclass
+class Budget:
+    """A compute budget; give exactly one of: both ratios, ``sparsity``, ``params`` or ``flops``.
+
+    Args:
+        mlp_ratio: fraction of all MLP neurons to remove, in [0, 1).
+        head_ratio: fraction of all attention heads to remove, in [0, 1).
+        sparsity: fraction of the model's parameters to remove, in [0, 1) (same as ``params=1-sparsity``).
+        params: parameters to keep: a count (> 1) or a fraction of the dense model (<= 1).
+        flops: FLOPs per image to keep: a count (> 1) or a fraction of the dense model (<= 1).
+    """
+
+    mlp_ratio: Optional[float] = None
+    head_ratio: Optional[float] = None
+    sparsity: Optional[float] = None
+    params: Optional[float] = None
+    flops: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        given = [k for k in ("sparsity", "params", "flops") if getattr(self, k) is not None]
+        pair = self.mlp_ratio is not None or self.head_ratio is not None
+        if len(given) + int(pair) != 1:
+            raise PruningSpecError(
+                f"a budget takes exactly one of (mlp_ratio, head_ratio), sparsity, params, flops; got {self.label()}"
+            )
+        if pair:
+            check_ratio(self.mlp_ratio if self.mlp_ratio is not None else 0.0, "mlp_ratio")
+            check_ratio(self.head_ratio if self.head_ratio is not None else 0.0, "head_ratio")
+        if self.sparsity is not None:
+            check_ratio(self.sparsity, "sparsity")
+        for key in ("params", "flops"):
+            value = getattr(self, key)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise PruningSpecError(f"{key}={value} must be a positive count or a fraction in (0, 1]")
+
+    def label(self) -> str:
+        """A short name, e.g. ``mlp0.35_head0.20`` or ``flops0.5``."""
+        if self.mlp_ratio is not None or self.head_ratio is not None:
+            return f"mlp{self.mlp_ratio or 0:.2f}_head{self.head_ratio or 0:.2f}"
+        return "_".join(f"{k}{getattr(self, k):g}" for k in ("sparsity", "params", "flops") if getattr(self, k) is not None)
+
+
+class CostModel:
+    """Exact parameter and FLOP counts of any sub-network, without building it.
+
+    Both are affine in the kept units of each block: each head (or neuron) of block ``b`` owns
+    a fixed number of parameters and FLOPs, measured once on the dense model.
+    """
+
+    def __init__(self, model: nn.Module, shape: Sequence[int] | None = None):
+        blocks = prunable_blocks(model)
+        self.dense_params = count_params(model)
+        self.head_params = [_unit_params(b.heads) / b.heads.num_units for b in blocks]
+        self.neuron_params = [_unit_params(b.neurons) / b.neurons.num_units for b in blocks]
+        self.num_heads = [b.heads.num_units for b in blocks]
+        self.num_neurons = [b.neurons.num_units for b in blocks]
+        self.dense_flops, per_module = flop_counts(model, shape)
+        attn = [_match(per_module, f"blocks.{b.index}.attn") for b in blocks]
+        mlp = [_match(per_module, f"blocks.{b.index}.mlp") for b in blocks]
+        self.head_flops = [a / h for a, h in zip(attn, self.num_heads)]
+        self.neuron_flops = [m / n for m, n in zip(mlp, self.num_neurons)]
+
+    def params(self, subnet: Subnet) -> int:
+        removed = sum(
+            (H - h) * ph + (N - n) * pn
+            for H, h, ph, N, n, pn in zip(
+                self.num_heads, subnet.head_counts, self.head_params, self.num_neurons, subnet.neuron_counts, self.neuron_params
+            )
+        )
+        return int(round(self.dense_params - removed))
+
+    def flops(self, subnet: Subnet) -> int:
+        removed = sum(
+            (H - h) * fh + (N - n) * fn
+            for H, h, fh, N, n, fn in zip(
+                self.num_heads, subnet.head_counts, self.head_flops, self.num_neurons, subnet.neuron_counts, self.neuron_flops
+            )
+        )
+        return int(round(self.dense_flops - removed))
+
+    def max_unit_cost(self, metric: str) -> float:
+        """Cost of the most expensive single unit (the resolution a budget can be met with)."""
+        per_head, per_neuron = (self.head_params, self.neuron_params) if metric == "params" else (self.head_flops, self.neuron_flops)
+        return max(max(per_head), max(per_neuron))
+
+
+def _unit_params(group: UnitGroup) -> int:
+    """Parameters owned by the units of a group (buffers such as EVA's k_bias do not count)."""
+    return sum(t.numel() for _, t in iter_slots(group) if isinstance(t, nn.Parameter))
+
+
+def _match(per_module: dict[str, int], suffix: str) -> int:
+    return next((v for k, v in per_module.items() if k.endswith("." + suffix)), 0)
+
+
+def schedule(t: float) -> tuple[float, float]:
+    """The (mlp_ratio, head_ratio) pair at position ``t`` of the sparsity schedule (before clipping)."""
+    return t, max(0.0, t - HEAD_LAG)
+
+
+def resolve(
+    budget: Budget,
+    head_scores: Sequence[torch.Tensor],
+    neuron_scores: Sequence[torch.Tensor],
+    cost: CostModel | None = None,
+    min_mlp_keep: float = 0.05,
+    min_head_keep: float = 0.2,
+    mlp_multiple: int = 1,
+) -> tuple[Subnet, float, float]:
+    """Turn a budget into ``(subnet, mlp_ratio, head_ratio)`` for the given unit scores.
+
+    Raises:
+        PruningSpecError: a target below what the minimum keep ratios allow (the message gives
+            the smallest reachable value), or a cost budget without a ``CostModel``.
+    """
+    select = lambda m, h: select_subnet(head_scores, neuron_scores, m, h, min_mlp_keep, min_head_keep, mlp_multiple)  # noqa: E731
+    if budget.mlp_ratio is not None or budget.head_ratio is not None:
+        m, h = budget.mlp_ratio or 0.0, budget.head_ratio or 0.0
+        return select(m, h), m, h
+    if cost is None:
+        raise PruningSpecError("sparsity / params / flops budgets need a CostModel of the dense model")
+    metric = "flops" if budget.flops is not None else "params"
+    dense = cost.dense_flops if metric == "flops" else cost.dense_params
+    value = {"flops": budget.flops, "params": budget.params}.get(metric)
+    if budget.sparsity is not None:
+        value = 1.0 - budget.sparsity
+    target = value * dense if value <= 1.0 else value
+    measure: Callable[[Subnet], int] = cost.flops if metric == "flops" else cost.params
+
+    max_mlp = _max_ratio(neuron_scores, min_mlp_keep)
+    max_head = _max_ratio(head_scores, min_head_keep)
+    t_end = max(max_mlp, max_head + HEAD_LAG)
+    clip = lambda t: (min(schedule(t)[0], max_mlp), min(schedule(t)[1], max_head))  # noqa: E731
+    if measure(select(*clip(0.0))) <= target:
+        return select(*clip(0.0)), *clip(0.0)
+    smallest = measure(select(*clip(t_end)))
+    if smallest > target:
+        raise PruningSpecError(
+            f"{metric} budget {target:.4g} is unreachable: the minimum keep ratios (MLP {min_mlp_keep}, heads "
+            f"{min_head_keep}) leave at least {smallest:.4g} ({smallest / dense:.1%} of dense); raise the budget "
+            f"or lower the keep ratios"
+        )
+    lo, hi = 0.0, t_end  # invariant: cost(lo) > target >= cost(hi)
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if measure(select(*clip(mid))) <= target:
+            hi = mid
+        else:
+            lo = mid
+    m, h = clip(hi)
+    return select(m, h), m, h
+
+
+def _max_ratio(scores: Sequence[torch.Tensor], min_keep_ratio: float) -> float:
+    """Largest prune ratio the minimum keep ratio allows."""
+    sizes = [len(s) for s in scores]
+    prunable = sum(sizes) - sum(min_kept(n, min_keep_ratio) for n in sizes)
+    return max(0.0, prunable / sum(sizes) - 1e-9)

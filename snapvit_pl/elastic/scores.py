@@ -1,0 +1,148 @@
+"""The elastic artifact: local unit scores x learned block coefficients = one ranking for every budget.
+
+Saved as a single safetensors file: the tensors (local scores, coefficients) plus a JSON header
+(base-model identity and weight fingerprint, architecture, keep ratios, method settings, search
+summary). No pickles; written atomically.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from ..errors import CheckpointError
+from ..io import atomic_path
+from ..models.loading import fingerprint
+from ..models.units import Subnet, prunable_blocks
+from .budget import Budget, CostModel, resolve
+
+FORMAT = "snapvit-pl/elastic-scores"
+VERSION = 1
+
+
+def initial_coefficients(num_blocks: int, heads_per_block: Sequence[int], start: float = 1.2, end: float = 0.8) -> torch.Tensor:
+    """The search's initial mean: ``linspace(start, end)`` over blocks, each head taking its block's value.
+
+    Layout: ``[mlp_0 .. mlp_{B-1}, heads of block 0, heads of block 1, ...]`` (D = B + sum(heads)).
+    """
+    per_block = torch.linspace(start, end, num_blocks)
+    return torch.cat([per_block] + [per_block[b].repeat(h) for b, h in enumerate(heads_per_block)])
+
+
+def split_coefficients(vector: torch.Tensor, heads_per_block: Sequence[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Inverse layout of :func:`initial_coefficients`: ``(mlp [B], heads per block)``."""
+    num_blocks = len(heads_per_block)
+    expected = num_blocks + sum(heads_per_block)
+    if vector.numel() != expected:
+        raise CheckpointError(f"coefficient vector has {vector.numel()} entries, expected {expected} (B + total heads)")
+    return vector[:num_blocks], list(torch.split(vector[num_blocks:], list(heads_per_block)))
+
+
+@dataclass
+class ElasticScores:
+    """Local scores and cross-block coefficients of one base model.
+
+    Args:
+        head_scores: per block, local score of each head.
+        neuron_scores: per block, local score of each MLP neuron.
+        coefficients: ``[B + total heads]`` search result (see :func:`initial_coefficients`), or
+            ``None`` for local scores only (all coefficients 1).
+        base: ``BackboneSpec.to_dict()`` of the base model.
+        fingerprint: :func:`snapvit_pl.models.fingerprint` of the base weights.
+        min_mlp_keep: fraction of each block's neurons never pruned.
+        min_head_keep: fraction of each block's heads never pruned.
+        settings: method settings (scorer, search, sparsity pairs, ...), for the record.
+        search: search summary (evaluations, best fitness, ...), for the record.
+    """
+
+    head_scores: list[torch.Tensor]
+    neuron_scores: list[torch.Tensor]
+    coefficients: Optional[torch.Tensor] = None
+    base: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
+    min_mlp_keep: float = 0.05
+    min_head_keep: float = 0.2
+    settings: dict[str, Any] = field(default_factory=dict)
+    search: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def heads_per_block(self) -> list[int]:
+        return [len(h) for h in self.head_scores]
+
+    def unified(self, coefficients: torch.Tensor | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Unit scores ``local * |coefficient|`` (heads per block, neurons per block)."""
+        coefficients = self.coefficients if coefficients is None else coefficients
+        if coefficients is None:
+            return [h.float() for h in self.head_scores], [n.float() for n in self.neuron_scores]
+        mlp, heads = split_coefficients(coefficients.detach().float().cpu(), self.heads_per_block)
+        return (
+            [s.float() * c.abs() for s, c in zip(self.head_scores, heads)],
+            [s.float() * mlp[b].abs() for b, s in enumerate(self.neuron_scores)],
+        )
+
+    def subnet(
+        self, budget: Budget, cost: CostModel | None = None, mlp_multiple: int = 1, coefficients: torch.Tensor | None = None
+    ) -> tuple[Subnet, float, float]:
+        """``(subnet, mlp_ratio, head_ratio)`` meeting ``budget`` (see :func:`.budget.resolve`)."""
+        heads, neurons = self.unified(coefficients)
+        return resolve(budget, heads, neurons, cost, self.min_mlp_keep, self.min_head_keep, mlp_multiple)
+
+    def check_model(self, model: nn.Module, verify_fingerprint: bool = True) -> None:
+        """Raise ``CheckpointError`` if ``model`` is not the base model these scores were computed for."""
+        blocks = prunable_blocks(model)
+        shape = ([b.heads.num_units for b in blocks], [b.neurons.num_units for b in blocks])
+        if shape != (self.heads_per_block, [len(n) for n in self.neuron_scores]):
+            raise CheckpointError(
+                f"elastic scores are for {self.base.get('model_name', '?')} with heads {self.heads_per_block}, "
+                f"but the model has heads {shape[0]} / MLP widths {shape[1]}; use the scores of this model or re-run prune.py"
+            )
+        if verify_fingerprint and self.fingerprint and fingerprint(model) != self.fingerprint:
+            raise CheckpointError(
+                f"elastic scores were computed for other weights of {self.base.get('model_name', '?')} "
+                f"(fingerprint {self.fingerprint[:12]} != {fingerprint(model)[:12]}); load the same base weights or re-run prune.py"
+            )
+
+    def save(self, path: str | Path, overwrite: bool = True) -> Path:
+        """Write one safetensors file atomically."""
+        tensors = {f"heads.{b}": t.float().cpu().contiguous() for b, t in enumerate(self.head_scores)}
+        tensors |= {f"neurons.{b}": t.float().cpu().contiguous() for b, t in enumerate(self.neuron_scores)}
+        if self.coefficients is not None:
+            tensors["coefficients"] = self.coefficients.float().cpu().contiguous()
+        header = {
+            "format": FORMAT, "version": VERSION, "base": self.base, "fingerprint": self.fingerprint,
+            "num_blocks": len(self.head_scores), "min_mlp_keep": self.min_mlp_keep, "min_head_keep": self.min_head_keep,
+            "settings": self.settings, "search": self.search,
+        }
+        with atomic_path(path, overwrite=overwrite) as tmp:
+            save_file(tensors, str(tmp), metadata={"snapvit": json.dumps(header)})
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ElasticScores":
+        """Read a file written by :meth:`save`; ``CheckpointError`` if missing, corrupt or foreign."""
+        path = Path(path)
+        if not path.is_file():
+            raise CheckpointError(f"elastic scores file not found: {path}; run prune.py first or pass the right path")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                header = json.loads((f.metadata() or {}).get("snapvit", "null"))
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except (SafetensorError, json.JSONDecodeError, OSError) as err:
+            raise CheckpointError(f"{path} is not a readable elastic-scores file ({err}); re-run prune.py to rewrite it") from err
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise CheckpointError(f"{path} is not a snapvit-pl elastic-scores file (format != {FORMAT!r})")
+        n = header["num_blocks"]
+        try:
+            heads, neurons = [tensors[f"heads.{b}"] for b in range(n)], [tensors[f"neurons.{b}"] for b in range(n)]
+        except KeyError as err:
+            raise CheckpointError(f"{path} lacks tensor {err}; the file is incomplete, re-run prune.py") from err
+        return cls(
+            heads, neurons, tensors.get("coefficients"), header["base"], header["fingerprint"],
+            header["min_mlp_keep"], header["min_head_keep"], header.get("settings", {}), header.get("search", {}),
+        )

@@ -1,0 +1,153 @@
+"""``FinetuneModule``: train a dense or pruned ViT with labels, distillation from the unpruned model, or both."""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Optional
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from ..errors import ConfigError
+from ..models.checkpoint import load_pruned
+from ..models.embedding import embed
+from ..models.loading import BackboneSpec, load_backbone
+
+
+class FinetuneModule(pl.LightningModule):
+    """Fine-tunes a pruned checkpoint (or trains a dense timm model, e.g. the reference ViT).
+
+    Args:
+        checkpoint: a pruned-checkpoint directory (``model.safetensors`` + ``architecture.json``);
+            if None, the dense model ``model_name``/``model_kwargs`` is built instead.
+        model_name: timm model name of the dense model (when ``checkpoint`` is None).
+        pretrained: load timm's weights for the dense model.
+        checkpoint_path: local weights file of the dense model.
+        model_kwargs: ``timm.create_model`` overrides of the dense model.
+        loss: ``ce`` (labels), ``distill`` (teacher only) or ``both``.
+        distill: ``kl`` on logits (needs classifier heads) or ``cosine`` / ``mse`` on embeddings.
+        distill_weight: weight of the distillation term when ``loss: both``.
+        temperature: softening temperature of the KL term.
+        teacher_model_name: timm name of the unpruned teacher (default: the checkpoint's base model).
+        teacher_pretrained: load timm's weights for the teacher.
+        teacher_checkpoint_path: local weights file of the teacher.
+        lr: peak AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_epochs: linear warm-up length (fractions allowed), then cosine decay to ``min_lr``.
+        min_lr: final learning rate.
+        label_smoothing: cross-entropy label smoothing.
+    """
+
+    def __init__(
+        self,
+        checkpoint: Optional[str] = None,
+        model_name: Optional[str] = None,
+        pretrained: bool = False,
+        checkpoint_path: Optional[str] = None,
+        model_kwargs: Optional[dict[str, Any]] = None,
+        loss: Literal["ce", "distill", "both"] = "ce",
+        distill: Literal["kl", "cosine", "mse"] = "kl",
+        distill_weight: float = 1.0,
+        temperature: float = 1.0,
+        teacher_model_name: Optional[str] = None,
+        teacher_pretrained: bool = True,
+        teacher_checkpoint_path: Optional[str] = None,
+        lr: float = 1e-3,
+        weight_decay: float = 0.05,
+        warmup_epochs: float = 1.0,
+        min_lr: float = 1e-6,
+        label_smoothing: float = 0.0,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        if checkpoint is not None:
+            self.model, record = load_pruned(checkpoint)
+            self.spec = BackboneSpec.from_dict(record["base"])
+            self.record: Optional[dict[str, Any]] = record
+        elif model_name is not None:
+            self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
+            self.model, self.record = load_backbone(self.spec).train(), None
+        else:
+            raise ConfigError("give model.checkpoint (a pruned checkpoint) or model.model_name (a dense timm model)")
+        self.teacher: Optional[nn.Module] = None
+        if loss != "ce":
+            teacher_spec = BackboneSpec(
+                teacher_model_name or self.spec.model_name, teacher_pretrained, teacher_checkpoint_path, dict(self.spec.model_kwargs)
+            )
+            self.teacher = load_backbone(teacher_spec).eval().requires_grad_(False)
+        self.num_classes = getattr(self.model, "num_classes", 0)
+        if loss != "distill" and not self.num_classes:
+            raise ConfigError("loss 'ce' needs a classifier head: set model_kwargs.num_classes (or use loss: distill)")
+        if loss != "ce" and distill == "kl" and not self.num_classes:
+            raise ConfigError("distill 'kl' compares logits: the model has no classifier head; use distill: cosine or mse")
+        if self.num_classes:
+            self.train_accuracy = MulticlassAccuracy(self.num_classes, average="micro")
+            self.val_accuracy = MulticlassAccuracy(self.num_classes, average="micro")
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model(images)
+
+    def _distillation(self, images: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.teacher.eval()
+            target = self.teacher(images) if self.hparams.distill == "kl" else embed(self.teacher, images)
+        if self.hparams.distill == "kl":
+            t = self.hparams.temperature
+            return F.kl_div(F.log_softmax(logits / t, -1), F.log_softmax(target / t, -1), log_target=True, reduction="batchmean") * t * t
+        student = embed(self.model, images)
+        if self.hparams.distill == "cosine":
+            return 1 - F.cosine_similarity(student, target, dim=-1).mean()
+        return F.mse_loss(student, target)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        logits = self.model(images)
+        terms = {}
+        if self.hparams.loss in ("ce", "both"):
+            terms["ce"] = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+        if self.hparams.loss in ("distill", "both"):
+            weight = self.hparams.distill_weight if self.hparams.loss == "both" else 1.0
+            terms["distill"] = weight * self._distillation(images, logits)
+        loss = sum(terms.values())
+        for name, value in terms.items():
+            self.log(f"train/{name}", value, on_step=True, on_epoch=False)
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False)
+        if self.num_classes:
+            self.train_accuracy(logits.detach(), labels)
+            self.log("train/accuracy", self.train_accuracy, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        images, labels = batch
+        logits = self.model(images)
+        if self.num_classes:
+            self.log("val/loss", F.cross_entropy(logits, labels), sync_dist=True)
+            self.val_accuracy(logits, labels)
+            self.log("val/accuracy", self.val_accuracy, prog_bar=True)
+        elif self.teacher is not None:
+            self.log("val/loss", self._distillation(images, logits), sync_dist=True, prog_bar=True)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+    def configure_optimizers(self):
+        decay = [p for n, p in self.model.named_parameters() if p.requires_grad and p.ndim > 1]
+        no_decay = [p for n, p in self.model.named_parameters() if p.requires_grad and p.ndim <= 1]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.hparams.lr,
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = int(self.hparams.warmup_epochs * total / max(1, self.trainer.max_epochs or 1))
+        floor = self.hparams.min_lr / self.hparams.lr
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            progress = (step - warmup) / max(1, total - warmup)
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,284 @@
+"""The scorer interface, the per-block score container, batch parsing and the per-unit weight rows.
+
+Every scorer turns a model (and, for most, some data) into one importance score per attention
+head and per MLP hidden neuron of every block; higher means more important. The life cycle is
+the same for all of them, so one Lightning callback or loop can drive any of them::
+
+    scorer.setup(model)                  # every process
+    for batch in loader:                 # skipped when not scorer.requires_data
+        scorer.update(batch)
+    scorer.reduce(all_reduce_sum)        # once; identity on a single process
+    scores = scorer.compute()            # LocalScores
+
+Pickling or deep-copying a scorer keeps its configuration only (the constructor arguments):
+model references and accumulators are run-time state; use ``state_dict`` to resume.
+"""
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import CheckpointError, DataError, SnapViTError
+from ..models.units import BlockUnits, UnitGroup, prunable_blocks
+
+
+class ScoringError(SnapViTError, ValueError):
+    """A scorer is misconfigured or used out of order (unknown name, bad argument, no data)."""
+
+
+class NonFiniteGradientError(SnapViTError, FloatingPointError):
+    """A scoring gradient contained NaN or inf."""
+
+
+# -- scores ------------------------------------------------------------------------------------
+@dataclass
+class LocalScores:
+    """One importance score per unit (higher = more important), block by block.
+
+    Args:
+        heads: per block, ``[num_heads]`` float32 CPU tensor.
+        neurons: per block, ``[mlp_hidden]`` float32 CPU tensor.
+    """
+
+    heads: list[Tensor]
+    neurons: list[Tensor]
+
+    def __post_init__(self):
+        self.heads = [torch.as_tensor(h, dtype=torch.float32).detach().flatten().cpu() for h in self.heads]
+        self.neurons = [torch.as_tensor(n, dtype=torch.float32).detach().flatten().cpu() for n in self.neurons]
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.heads)
+
+    def to_dict(self) -> dict[str, list[list[float]]]:
+        """Plain nested lists (JSON/YAML-ready)."""
+        return {"heads": [h.tolist() for h in self.heads], "neurons": [n.tolist() for n in self.neurons]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LocalScores":
+        """Inverse of :meth:`to_dict`; also accepts lists of tensors.
+
+        Raises:
+            CheckpointError: ``heads`` or ``neurons`` is missing.
+        """
+        if not isinstance(data, dict) or "heads" not in data or "neurons" not in data:
+            raise CheckpointError("scores must be a mapping with 'heads' and 'neurons' (one list per block)")
+        return cls(list(data["heads"]), list(data["neurons"]))
+
+    def validate(self, model_or_blocks: nn.Module | Sequence[BlockUnits]) -> "LocalScores":
+        """Check the scores fit a model (block count, units per block, finite values); returns self.
+
+        Raises:
+            CheckpointError: naming the first mismatch.
+        """
+        blocks = prunable_blocks(model_or_blocks) if isinstance(model_or_blocks, nn.Module) else model_or_blocks
+        if len(self.heads) != len(blocks) or len(self.neurons) != len(blocks):
+            raise CheckpointError(
+                f"scores cover {len(self.heads)} attention / {len(self.neurons)} MLP blocks but the model has "
+                f"{len(blocks)} blocks; these scores belong to another model"
+            )
+        for block, h, n in zip(blocks, self.heads, self.neurons):
+            for what, scores, group in (("heads", h, block.heads), ("MLP neurons", n, block.neurons)):
+                if scores.numel() != group.num_units:
+                    raise CheckpointError(
+                        f"block {block.index} {what}: {scores.numel()} scores for {group.num_units} units; "
+                        "these scores belong to another model"
+                    )
+                if not bool(torch.isfinite(scores).all()):
+                    raise CheckpointError(f"block {block.index} {what}: non-finite scores")
+        return self
+
+
+# -- the interface -----------------------------------------------------------------------------
+class Scorer:
+    """Base class of all scorers (see the module docstring for the call order).
+
+    Attributes:
+        name: the ``build_scorer`` name.
+        requires_data: ``update`` must see batches before ``compute``.
+        requires_labels: batches must be ``(images, labels)``.
+    """
+
+    name: str = "scorer"
+    requires_data: bool = True
+    requires_labels: bool = False
+
+    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
+        """Bind to the bare timm model (not a DDP wrapper); resets the accumulators.
+
+        Args:
+            model: the model to score, on the device the batches will be moved to.
+            teacher: a frozen copy of ``model`` (self-supervised scorers make one if None).
+        """
+        self.model = model
+        self.blocks = prunable_blocks(model)
+
+    def update(self, batch: Any) -> dict[str, float]:
+        """Accumulate one batch; returns metrics to log (e.g. ``{"loss": ...}``)."""
+        return {}
+
+    def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
+        """Sum the accumulators over processes (call once, on every process, before ``compute``)."""
+
+    def compute(self) -> LocalScores:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    # configuration-only pickling
+    def config(self) -> dict[str, Any]:
+        """The constructor arguments."""
+        params = inspect.signature(type(self).__init__).parameters.values()
+        return {p.name: getattr(self, p.name) for p in params if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state["config"])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items())})"
+
+    def _require_setup(self) -> None:
+        if getattr(self, "model", None) is None:
+            raise ScoringError(f"{self.name}: call setup(model) before update/compute")
+
+
+# -- batches -----------------------------------------------------------------------------------
+def split_batch(batch: Any) -> tuple[Tensor, Optional[Tensor]]:
+    """``(images, labels or None)`` from a tensor or an ``(images, labels, ...)`` tuple/list.
+
+    ``images`` is ``[B, C, H, W]`` or multi-crop ``[B, V, C, H, W]``.
+
+    Raises:
+        DataError: anything else.
+    """
+    if isinstance(batch, Tensor):
+        images, labels = batch, None
+    elif isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
+        images, labels = batch[0], (batch[1] if len(batch) > 1 else None)
+    else:
+        raise DataError(
+            f"a scoring batch must be an image tensor or an (images, labels) pair, got {type(batch).__name__}"
+        )
+    if images.dim() not in (4, 5):
+        raise DataError(
+            f"scoring images must be [B, C, H, W] or multi-crop [B, V, C, H, W], got shape {tuple(images.shape)}"
+        )
+    if labels is not None and not isinstance(labels, Tensor):
+        labels = torch.as_tensor(labels)
+    return images, labels
+
+
+# -- per-unit weight rows ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rows:
+    """Some sections of a weight whose rows hold one slice per unit.
+
+    The weight is ``[num_sections * num_units * unit_size, in_features]``; ``sections`` is the
+    ``(start, stop)`` range of sections used (e.g. ``(2, 3)``: the V part of a fused qkv).
+    """
+
+    label: str
+    weight: nn.Parameter
+    num_sections: int
+    sections: tuple[int, int]
+
+    def view(self, tensor: Tensor, group: UnitGroup) -> Tensor:
+        """``tensor`` (shaped like ``weight``) as ``[S, num_units, unit_size, in]``, selected sections."""
+        start, stop = self.sections
+        return tensor.view(self.num_sections, group.num_units, group.unit_size, -1)[start:stop]
+
+
+def _weight(group: UnitGroup, path: str) -> nn.Parameter:
+    return group.module.get_submodule(path.rpartition(".")[0]).weight
+
+
+def head_rows(group: UnitGroup, which: str) -> list[Rows]:
+    """Rows of the attention input projection per head: ``which="v"`` (V only) or ``"qkv"``."""
+    paths = {slot.path: slot for slot in group.slots}
+    if "qkv.weight" in paths:
+        span = (2, 3) if which == "v" else (0, 3)
+        return [Rows("attention qkv", _weight(group, "qkv.weight"), 3, span)]
+    names = ("v",) if which == "v" else ("q", "k", "v")
+    return [Rows(f"attention {n}_proj", _weight(group, f"{n}_proj.weight"), 1, (0, 1)) for n in names]
+
+
+def neuron_rows(group: UnitGroup) -> list[Rows]:
+    """Rows of the first MLP layer per hidden neuron (both halves of a gated MLP)."""
+    rows = []
+    for slot in group.slots:
+        if slot.path in ("fc1.weight", "fc1_g.weight", "fc1_x.weight"):
+            name = slot.path.rpartition(".")[0]
+            rows.append(Rows(f"MLP {name}", _weight(group, slot.path), slot.sections, (0, slot.sections)))
+    return rows
+
+
+def unit_sum(views: Sequence[Tensor]) -> Tensor:
+    """Per-unit sum over ``[S, U, unit_size, in]`` views -> ``[U]``."""
+    return sum(v.sum(dim=(0, 2, 3)) for v in views)
+
+
+def unit_count(views: Sequence[Tensor]) -> int:
+    """Entries per unit over ``[S, U, unit_size, in]`` views."""
+    return sum(v.numel() // v.shape[1] for v in views)
+
+
+def unit_mean(views: Sequence[Tensor]) -> Tensor:
+    """Per-unit mean over ``[S, U, unit_size, in]`` views (all of them together) -> ``[U]``."""
+    return unit_sum(views) / unit_count(views)
+
+
+# -- model state helpers -----------------------------------------------------------------------
+@contextmanager
+def eval_mode(*modules: nn.Module) -> Iterator[None]:
+    """Run in eval mode (no dropout/drop-path), restoring each submodule's own flag afterwards."""
+    flags = [(m, m.training) for module in modules for m in module.modules()]
+    try:
+        for module in modules:
+            module.eval()
+        yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+@contextmanager
+def grad_only(model: nn.Module, params: Sequence[Tensor]) -> Iterator[None]:
+    """Enable autograd (also inside ``torch.inference_mode``) for ``params`` and nothing else of ``model``."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    wanted = {id(p) for p in params}
+    try:
+        for p, _ in flags:
+            p.requires_grad_(id(p) in wanted)
+        with torch.inference_mode(False), torch.enable_grad():
+            yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+    param = next(model.parameters())
+    return param.device, param.dtype
+
+
+def to_model(images: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Images on the model's device and float dtype (and usable by autograd)."""
+    if not images.is_floating_point():
+        raise DataError(
+            f"scoring images must be normalised float tensors, got {images.dtype}; apply the model's transform"
+        )
+    images = images.to(device=device, dtype=dtype, non_blocking=True)
+    return images.clone() if images.is_inference() else images

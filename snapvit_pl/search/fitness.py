@@ -1,0 +1,102 @@
+"""The search objective: how far pruned embeddings drift from the dense model's, in PCA space."""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ..elastic.budget import Budget
+from ..elastic.scores import ElasticScores
+from ..models.embedding import embed
+from ..models.surgery import use_subnet
+from ..models.units import prunable_blocks
+
+#: (mlp_ratio, head_ratio) pairs optimised jointly (METHOD section 2).
+DEFAULT_SPARSITY_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.35, 0.2), (0.55, 0.4), (0.65, 0.5))
+
+
+def autocast_for(device: torch.device | str) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA; plain fp32 elsewhere (bf16 autocast is several times slower on CPUs)."""
+    device = torch.device(device)
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+
+
+class PCAProjection:
+    """PCA fitted once (torch SVD) on reference embeddings; ``__call__`` centres and projects."""
+
+    def __init__(self, reference: torch.Tensor, components: int = 192):
+        reference = reference.float()
+        self.mean = reference.mean(dim=0)
+        k = min(components, reference.shape[0], reference.shape[1])
+        _, _, vh = torch.linalg.svd(reference - self.mean, full_matrices=False)
+        self.basis = vh[:k].T.contiguous()  # [D, k]
+
+    def __call__(self, embeddings: torch.Tensor) -> torch.Tensor:
+        return (embeddings.float() - self.mean) @ self.basis
+
+
+class EmbeddingFitness:
+    """Mean over sparsity pairs of ``1 - cos(PCA(dense embedding), PCA(pruned embedding))``; minimise.
+
+    Teacher (dense) embeddings and the PCA are computed once. Each candidate is evaluated with
+    gathered forwards (:func:`use_subnet`): no model copies, and each forward costs what the
+    pruned model costs.
+
+    Args:
+        model: the dense base model (eval mode; its weights are never modified).
+        images: fixed evaluation images ``[N, C, H, W]`` (moved to the model's device once).
+        scores: elastic scores holding the local scores and keep ratios; candidates supply coefficients.
+        sparsity_pairs: (mlp_ratio, head_ratio) pairs averaged by the fitness.
+        pca_components: PCA dimension (METHOD: 192; clipped to the data).
+        batch_size: forward batch size (METHOD: 64).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        images: torch.Tensor,
+        scores: ElasticScores,
+        sparsity_pairs: Sequence[Sequence[float]] = DEFAULT_SPARSITY_PAIRS,
+        pca_components: int = 192,
+        batch_size: int = 64,
+    ):
+        if images.ndim != 4 or images.shape[0] == 0:
+            raise ValueError(f"fitness images must be a non-empty [N, C, H, W] tensor, got shape {tuple(images.shape)}")
+        self.model, self.scores, self.batch_size = model, scores, batch_size
+        self.pairs = [Budget(mlp_ratio=float(m), head_ratio=float(h)) for m, h in sparsity_pairs]
+        self.device = next(model.parameters()).device
+        self.images = images.to(self.device)
+        self.blocks = prunable_blocks(model)
+        self.forward_seconds = 0.0  # time inside the forward passes, to compare with the whole search
+        teacher = self.embed()
+        self.pca = PCAProjection(teacher, pca_components)
+        self.target = torch.nn.functional.normalize(self.pca(teacher), dim=-1)
+        self.forward_seconds = 0.0
+
+    @torch.inference_mode()
+    def embed(self) -> torch.Tensor:
+        """Embeddings of all images under the model's current (dense or gathered) weights."""
+        start = time.perf_counter()
+        with autocast_for(self.device):
+            out = torch.cat([embed(self.model, batch).float() for batch in self.images.split(self.batch_size)])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.forward_seconds += time.perf_counter() - start
+        return out
+
+    def distances(self, coefficients: torch.Tensor) -> list[float]:
+        """``1 - mean cosine similarity`` for each sparsity pair."""
+        values = []
+        for budget in self.pairs:
+            subnet = self.scores.subnet(budget, coefficients=coefficients)[0]
+            with use_subnet(self.model, subnet, self.blocks):
+                projected = torch.nn.functional.normalize(self.pca(self.embed()), dim=-1)
+            values.append(1.0 - float((projected * self.target).sum(dim=-1).mean()))
+        return values
+
+    def __call__(self, coefficients: torch.Tensor) -> float:
+        distances = self.distances(coefficients)
+        return sum(distances) / len(distances)

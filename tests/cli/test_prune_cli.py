@@ -1,0 +1,77 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from snapvit_pl.cli import _prune_cli, prune_main
+from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT
+from snapvit_pl.models import count_params, load_backbone, load_pruned, BackboneSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist").exists() and not (ROOT / "data").exists(),
+    reason="needs Fashion-MNIST: apt-get install dataset-fashion-mnist",
+)
+
+
+def test_prune_end_to_end_writes_a_complete_run(tiny_prune_args, tmp_path):
+    assert prune_main(tiny_prune_args) == 0
+    run = tmp_path / "run"
+    report = json.loads((run / "report.json").read_text())
+    assert {"model", "method", "timings", "search", "dense", "pruned"} <= set(report)
+    assert report["method"]["scorer"]["name"] == "ssl_fisher"
+    assert set(report["timings"]) >= {"scoring_s", "search_s", "total_s"}
+    assert report["search"]["evaluations"] == 4 and report["search"]["best_fitness"] > 0
+    assert 0 <= report["dense"]["metrics"]["knn_top1"] <= 1
+    assert [p["label"] for p in report["pruned"]] == ["mlp0.35_head0.25", "flops0.6"]
+    for entry in report["pruned"]:
+        model, record = load_pruned(run / entry["checkpoint"])
+        assert count_params(model) == entry["params"] and "knn_top1" in entry["metrics"]
+    assert report["pruned"][1]["flops"] <= 0.6 * report["dense"]["flops"]
+    assert (run / "report.md").read_text().startswith("# Pruning report")
+    assert (run / "config.yaml").exists() and list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert not [p for p in run.rglob(".*") if p.is_dir() or p.suffix == ".tmp"]  # no temp leftovers
+
+    # The elastic artifact reproduces the exported models from the base weights.
+    scores = ElasticScores.load(run / "elastic_scores.safetensors")
+    torch.manual_seed(0)  # the CLI seeds everything with 0 before building the model
+    base = load_backbone(BackboneSpec.from_dict(scores.base))
+    elastic = ElasticViT(base, scores).set_budget(Budget(mlp_ratio=0.35, head_ratio=0.25))
+    assert elastic.subnet.head_counts == report["pruned"][0]["heads"]
+
+
+def test_existing_results_are_not_overwritten(tiny_prune_args, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text("{}")
+    assert prune_main(tiny_prune_args) == 2
+    assert "already holds results" in capsys.readouterr().err
+    assert (tmp_path / "run" / "report.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--export.budgets=[{mlp_ratio: 1.5, head_ratio: 0.1}]", "mlp_ratio=1.5 is outside [0, 1)"),
+    ("--export.budgets=[{params: 0.01}]", "unreachable"),
+    ("--model.model_name=vit_not_a_model", "unknown timm model"),
+])
+def test_bad_input_exits_2_with_one_line(tiny_prune_args, tmp_path, override, message):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "prune.py"), *tiny_prune_args, override], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "report.json").exists()
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs" / "prune").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_prune_config_instantiates(config, tmp_path):
+    cli, _ = _prune_cli([
+        "--config", str(config), "--out_dir", str(tmp_path / "run"), "--model.pretrained=false",
+        "--model.model_kwargs.depth=1", "--trainer.logger=false",
+    ])
+    assert cli.model.backbone is not None and cli.datamodule is not None
+    assert {type(c).__name__ for c in cli.trainer.callbacks} >= {"ImportanceCallback", "SearchCallback", "ExportCallback", "ReportCallback"}

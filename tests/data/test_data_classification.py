@@ -1,0 +1,209 @@
+"""ClassificationDataModule on fixture trees: shapes, labels, channels, subsets, bad input, Lightning."""
+import os
+import pickle
+from collections import Counter
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DistributedSampler
+
+from snapvit_pl.data import ClassificationDataModule, DataError
+
+
+def colour_class(image, classes, colours):
+    """Class whose fixture colour is nearest to the image's mean colour (in [0, 1] units)."""
+    rgb = (image.reshape(3, -1).mean(1) * 0.25 + 0.5) * 255  # undo RGB32 normalisation
+    return min(classes, key=lambda c: np.abs(np.array(colours[c]) - rgb.numpy()).sum())
+
+
+def test_folder_loads_shapes_and_labels(classification_tree, rgb32, class_colours):
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, batch_size=4)
+    dm.setup("fit")
+    assert dm.classes == ["cat", "dog", "fish"] and dm.num_classes == 3
+    assert len(dm.base_dataset("train")) == 12 and len(dm.base_dataset("val")) == 6
+    seen = 0
+    for images, labels in dm.val_dataloader():
+        assert images.shape[1:] == (3, 32, 32) and images.dtype == torch.float32
+        for image, label in zip(images, labels, strict=True):
+            # grayscale "fish" PNGs become 3 equal channels: their blue value is on all channels
+            expected = dm.classes[label]
+            if expected == "fish":
+                assert torch.allclose(image[0], image[2])
+            else:
+                assert colour_class(image, dm.classes, class_colours) == expected
+            seen += 1
+    assert seen == 6
+
+
+def test_channels_follow_model(classification_tree, tiny_vit):
+    dm = ClassificationDataModule("folder", str(classification_tree), batch_size=3)
+    config = dm.configure_for_model(tiny_vit)
+    assert config["input_size"] == (1, 28, 28) and len(config["mean"]) == 1
+    images, _ = next(iter(dm.val_dataloader()))
+    assert images.shape == (3, 1, 28, 28)
+    dm_rgb = ClassificationDataModule("folder", str(classification_tree), model_name="vit_small_patch16_224",
+                                      batch_size=2)
+    images, _ = next(iter(dm_rgb.val_dataloader()))
+    assert images.shape == (2, 3, 224, 224)
+
+
+def test_val_split_from_flat_folder(classification_tree):
+    flat = classification_tree / "train"
+    dm = ClassificationDataModule("folder", str(flat), val_split=0.25, seed=3)
+    train, val = dm.base_dataset("train"), dm.base_dataset("val")
+    assert len(train) + len(val) == 12 and len(val) == 3
+    assert not set(train.indices) & set(val.indices)
+    same_seed = ClassificationDataModule("folder", str(flat), val_split=0.25, seed=3)
+    assert same_seed.base_dataset("val").indices == val.indices
+
+
+def test_max_samples_is_balanced_and_seeded(classification_tree):
+    def subset(seed):
+        dm = ClassificationDataModule("folder", str(classification_tree), max_samples=6, seed=seed)
+        return dm.dataset("train")
+
+    chosen = subset(0)
+    labels = [chosen.dataset.targets[i] for i in chosen.indices]
+    assert Counter(labels) == {0: 2, 1: 2, 2: 2}
+    assert subset(0).indices == chosen.indices
+    assert any(subset(s).indices != chosen.indices for s in range(1, 5))
+
+
+def test_unlabeled_dataloader_views(classification_tree, rgb32):
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, n_local_views=3)
+    plain = next(iter(dm.unlabeled_dataloader("plain", batch_size=5, max_samples=9)))
+    assert plain.shape == (5, 3, 32, 32)
+    multi = next(iter(dm.unlabeled_dataloader("multicrop", batch_size=2)))
+    assert multi.shape == (2, 5, 3, 32, 32)
+    assert len(dm.unlabeled_dataloader("plain", max_samples=9).dataset) == 9
+    images, labels = next(iter(dm.labeled_dataloader("train", max_samples=3, batch_size=3)))
+    assert images.shape == (3, 3, 32, 32) and sorted(labels.tolist()) == [0, 1, 2]
+    with pytest.raises(DataError, match="multicrop"):
+        dm.unlabeled_dataloader("crops")
+
+
+def test_train_views_option(classification_tree, rgb32):
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, train_views="multicrop",
+                                  n_local_views=1, batch_size=2)
+    assert next(iter(dm.train_dataloader())).shape == (2, 3, 3, 32, 32)
+
+
+def test_torchvision_source_by_name(tmp_path, rgb32):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for prefix, count in (("train", 20), ("t10k", 10)):
+        images = np.arange(count * 784, dtype=np.uint32).astype(np.uint8).reshape(count, 28, 28)
+        header = bytes([0, 0, 8, 3]) + b"".join(n.to_bytes(4, "big") for n in (count, 28, 28))
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(header + images.tobytes())
+        labels = (np.arange(count) % 10).astype(np.uint8)
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(bytes([0, 0, 8, 1]) + count.to_bytes(4, "big")
+                                                          + labels.tobytes())
+    dm = ClassificationDataModule("MNIST", str(tmp_path), data_config=rgb32, batch_size=10)
+    images, labels = next(iter(dm.val_dataloader()))
+    assert images.shape == (10, 3, 32, 32) and labels.tolist() == list(range(10))
+    assert dm.num_classes == 10 and len(dm.base_dataset("train")) == 20
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
+def test_loader_settings(classification_tree, rgb32):
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, num_workers=1,
+                                  pin_memory=True, batch_size=6)
+    loader = dm.train_dataloader()
+    assert loader.persistent_workers and loader.pin_memory and loader.num_workers == 1
+    again_loader = dm.train_dataloader()
+    first = [labels.tolist() for _, labels in loader]
+    again = [labels.tolist() for _, labels in again_loader]
+    assert first == again  # seeded shuffling
+    del loader, again_loader  # shut the persistent workers down now, not in a later gc pass
+
+
+class _Probe(pl.LightningModule):
+    """Records input shapes and counts validation samples (summed over processes)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.shapes = []
+
+    def validation_step(self, batch, batch_idx):
+        images, labels = batch
+        self.shapes.append(tuple(images.shape[1:]))
+        assert images.shape[1:] == (1, 28, 28)
+        self.log("samples", float(len(labels)), reduce_fx="sum", sync_dist=True)
+        if self.trainer.world_size > 1:
+            assert isinstance(self.trainer.val_dataloaders.sampler, DistributedSampler)
+        return torch.nn.functional.cross_entropy(self.model(images), labels)
+
+
+def _trainer(**kwargs):
+    return pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, **kwargs)
+
+
+def test_trainer_resolves_input_from_its_model(classification_tree, tiny_vit):
+    dm = ClassificationDataModule("folder", str(classification_tree), batch_size=4)
+    probe = _Probe(tiny_vit)
+    _trainer(devices=1).validate(probe, datamodule=dm)
+    assert probe.shapes and set(probe.shapes) == {(1, 28, 28)}
+
+
+@pytest.mark.filterwarnings("ignore:.*DistributedSampler")
+def test_ddp_splits_val_across_processes(classification_tree, tiny_vit):
+    dm = ClassificationDataModule("folder", str(classification_tree), batch_size=2)
+    results = _trainer(devices=2, strategy="ddp_fork").validate(_Probe(tiny_vit), datamodule=dm)
+    assert results[0]["samples"] == 6  # 3 per process, each val image once
+
+
+def test_datamodule_and_datasets_pickle(classification_tree, rgb32):
+    """ddp_spawn and spawn-started workers pickle the module and its datasets."""
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, skip_corrupt=True)
+    dm.setup("fit")
+    copy = pickle.loads(pickle.dumps(dm))
+    assert len(copy.base_dataset("train")) == 12
+    for loader in (dm.val_dataloader(), dm.unlabeled_dataloader("multicrop")):
+        images = pickle.loads(pickle.dumps(loader.dataset))[0]
+        assert isinstance(images[0] if isinstance(images, tuple) else images, torch.Tensor)
+
+
+def test_missing_root_names_layout(tmp_path):
+    with pytest.raises(DataError, match=r"does not exist; expected root/train/<class>"):
+        ClassificationDataModule("folder", str(tmp_path / "nowhere")).setup()
+
+
+def test_wrong_layout_names_layout(tmp_path):
+    (tmp_path / "train").mkdir()
+    with pytest.raises(DataError, match=r"no train/ and val/ folders.*root/train/<class>"):
+        ClassificationDataModule("folder", str(tmp_path)).setup()
+    (tmp_path / "val").mkdir()
+    with pytest.raises(DataError, match=r"no class folders with images in .*expected root/train/<class>"):
+        ClassificationDataModule("folder", str(tmp_path)).setup()
+
+
+def test_missing_torchvision_data_says_download(tmp_path):
+    with pytest.raises(DataError, match=r"CIFAR10 not found under .*download: true"):
+        ClassificationDataModule("cifar10", str(tmp_path)).setup()
+    with pytest.raises(DataError, match="unknown data source"):
+        ClassificationDataModule("no_such_set", str(tmp_path))
+
+
+def test_corrupt_image_error_names_path(classification_tree, rgb32):
+    bad = classification_tree / "train" / "dog" / "9.jpg"
+    bad.write_bytes(b"not a jpeg")
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, batch_size=20)
+    with pytest.raises(DataError, match=rf"cannot read image {bad}.*skip_corrupt: true"):
+        next(iter(dm.train_dataloader()))
+
+
+def test_skip_corrupt_skips_and_counts(classification_tree, rgb32):
+    bad = classification_tree / "train" / "dog" / "9.jpg"
+    bad.write_bytes(b"not a jpeg")
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, batch_size=20,
+                                  skip_corrupt=True)
+    images, labels = next(iter(dm.train_dataloader()))
+    assert len(labels) == 12 and dm.skipped["train"] == [os.fspath(bad)]
+    # a balanced subset passes over the bad file and still gives each class its share
+    sub = ClassificationDataModule("folder", str(classification_tree), skip_corrupt=True, max_samples=12)
+    chosen = sub.dataset("train")
+    assert Counter(chosen.dataset.targets[i] for i in chosen.indices) == {0: 4, 1: 4, 2: 4}

@@ -1,0 +1,101 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from families import FAMILIES, random_elastic_scores as _elastic
+from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT, initial_coefficients, split_coefficients
+from snapvit_pl.errors import CheckpointError
+from snapvit_pl.models import BackboneSpec, architecture, fingerprint, load_backbone
+
+
+def test_coefficient_layout_round_trips():
+    init = initial_coefficients(3, [4, 4, 4])
+    assert init.shape == (15,) and init[0] == pytest.approx(1.2) and init[2] == pytest.approx(0.8)
+    mlp, heads = split_coefficients(init, [4, 4, 4])
+    assert torch.equal(mlp, torch.tensor([1.2, 1.0, 0.8])) and torch.equal(heads[2], torch.full((4,), 0.8))
+
+
+def test_unified_scores_multiply_by_absolute_coefficients():
+    scores = ElasticScores([torch.ones(2)], [torch.tensor([1.0, 2.0])], torch.tensor([-3.0, 0.5, -2.0]))
+    heads, neurons = scores.unified()
+    assert heads[0].tolist() == [0.5, 2.0] and neurons[0].tolist() == [3.0, 6.0]
+
+
+def test_save_load_round_trip_and_fingerprint(tmp_path):
+    model = load_backbone(FAMILIES["dino_vit"])
+    scores = _elastic(model)
+    scores.settings = {"scorer": "ssl_fisher"}
+    scores.save(tmp_path / "scores.safetensors")
+    loaded = ElasticScores.load(tmp_path / "scores.safetensors")
+    assert loaded.settings == {"scorer": "ssl_fisher"} and loaded.fingerprint == fingerprint(model)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.neuron_scores, scores.neuron_scores))
+    loaded.check_model(model)
+    with pytest.raises(CheckpointError, match="computed for other weights"):
+        loaded.check_model(load_backbone(FAMILIES["dino_vit"]))  # same architecture, new random weights
+    with pytest.raises(CheckpointError, match="but the model has heads"):
+        loaded.check_model(load_backbone(BackboneSpec("vit_small_patch16_224", False, None, dict(FAMILIES["dino_vit"].model_kwargs, num_heads=2))))
+
+
+def test_corrupt_and_foreign_files(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        ElasticScores.load(tmp_path / "missing.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointError, match="not a readable elastic-scores file"):
+        ElasticScores.load(tmp_path / "junk.safetensors")
+    model = load_backbone(FAMILIES["dino_vit"])
+    path = _elastic(model).save(tmp_path / "ok.safetensors")
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(CheckpointError):
+        ElasticScores.load(path)
+
+
+def test_elastic_vit_switches_budgets_without_reloading():
+    model = load_backbone(FAMILIES["eva02_separate_qkv"])
+    elastic = ElasticViT(model, _elastic(model))
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        dense = elastic(x)
+        assert torch.equal(dense, model(x))
+        elastic.set_budget(flops=0.5)
+        assert elastic.flops <= 0.5 * elastic.cost.dense_flops
+        half = elastic(x)
+        assert (half - elastic.extract()(x)).abs().max() <= 1e-5
+        elastic.set_budget(mlp_ratio=0.15, head_ratio=0.0)
+        assert architecture(elastic.extract())["heads"] == [4, 4]
+        assert not torch.equal(half, elastic(x))
+
+
+_EXTRACT = """
+import sys, json, torch
+sys.path.insert(0, {models!r})
+from families import FAMILIES, random_elastic_scores as _elastic
+from snapvit_pl.elastic import ElasticScores, ElasticViT, Budget
+torch.manual_seed(0)
+from snapvit_pl.models import load_backbone
+model = load_backbone(FAMILIES["dino_vit"])
+elastic = ElasticViT(model, ElasticScores.load({path!r}))
+out = {{}}
+for label, budget in [("pair", Budget(mlp_ratio=0.35, head_ratio=0.2)), ("flops", Budget(flops=0.6))]:
+    elastic.set_budget(budget)
+    out[label] = {{"heads": [h.tolist() for h in elastic.subnet.heads], "neurons": [n.tolist() for n in elastic.subnet.neurons]}}
+print(json.dumps(out))
+"""
+
+
+def test_artifact_reloaded_in_fresh_process_extracts_identical_models(tmp_path):
+    torch.manual_seed(0)
+    model = load_backbone(FAMILIES["dino_vit"])
+    scores = _elastic(model)
+    path = scores.save(tmp_path / "scores.safetensors")
+    elastic = ElasticViT(model, scores)
+    expected = {}
+    for label, budget in [("pair", Budget(mlp_ratio=0.35, head_ratio=0.2)), ("flops", Budget(flops=0.6))]:
+        elastic.set_budget(budget)
+        expected[label] = {"heads": [h.tolist() for h in elastic.subnet.heads], "neurons": [n.tolist() for n in elastic.subnet.neurons]}
+    models_dir = str(__import__("pathlib").Path(__file__).parents[1] / "models")
+    script = _EXTRACT.format(models=models_dir, path=str(path))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == expected

@@ -1,0 +1,27 @@
+"""Shared helpers of the scorer tests (importable by name: see conftest.py)."""
+import torch
+
+from families import FAMILIES
+from snapvit_pl.models import BackboneSpec, load_backbone
+
+# The families the scorer tests cover: plain MLP + fused qkv, packed gated MLP, separate
+# q/k/v projections (EVA), SwiGLU with fc1_g/fc1_x.
+CORE = ["dino_vit", "dinov2_swiglu_packed", "eva02_separate_qkv", "vit_swiglu"]
+
+
+def build(family: str, num_classes: int | None = None):
+    """A tiny random model of ``family`` (seeded), optionally with a classifier head."""
+    spec = FAMILIES[family]
+    if num_classes is not None:
+        spec = BackboneSpec(spec.model_name, False, None, dict(spec.model_kwargs, num_classes=num_classes))
+    torch.manual_seed(0)
+    return load_backbone(spec)
+
+
+def views(batch: int = 8, n_views: int = 4, seed: int = 1) -> torch.Tensor:
+    """Seeded multi-crop batch [B, V, 3, 32, 32]."""
+    return torch.randn(batch, n_views, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
+
+
+def labels(batch: int = 8, num_classes: int = 5, seed: int = 2) -> torch.Tensor:
+    return torch.randint(0, num_classes, (batch,), generator=torch.Generator().manual_seed(seed))

@@ -1,0 +1,220 @@
+import copy
+import pickle
+
+import pytest
+import torch
+
+from scoring_helpers import CORE, build, labels, views
+from snapvit_pl.errors import CheckpointError, DataError, UnsupportedModelError
+from snapvit_pl.models import prunable_blocks
+from snapvit_pl.scoring import (
+    LAMP, SCORERS, LabelFisher, LocalScores, Magnitude, RandomScorer, ScoringError, SNIPMagnitude, SSLFisher,
+    build_scorer,
+)
+
+
+def run(scorer, model, batches):
+    scorer.setup(model)
+    if scorer.requires_data:
+        for batch in batches:
+            scorer.update(batch)
+    scorer.reduce(lambda t: t)
+    return scorer.compute()
+
+
+@pytest.mark.parametrize("family", CORE)
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_every_scorer_gives_finite_nonconstant_scores(family, name):
+    model = build(family, num_classes=5 if name == "label_fisher" else None)
+    x = views(4)
+    scores = run(build_scorer(name), model, [(x, labels(4))])
+    scores.validate(model)
+    for block, h, n in zip(prunable_blocks(model), scores.heads, scores.neurons):
+        assert h.shape == (block.heads.num_units,) and n.shape == (block.neurons.num_units,)
+        assert h.dtype == n.dtype == torch.float32 and h.device.type == "cpu"
+        assert torch.isfinite(h).all() and torch.isfinite(n).all()
+        assert h.std() > 0 and n.std() > 0, "scores must separate units"
+
+
+def test_ssl_fisher_needs_no_labels():
+    scorer = SSLFisher()
+    assert scorer.requires_data and not scorer.requires_labels
+    scorer.setup(build("dino_vit"))
+    out = scorer.update(views(4))  # a bare image tensor, no labels
+    assert set(out) == {"loss"} and out["loss"] > 0
+    assert scorer.compute().heads[0].shape == (4,)
+
+
+def test_data_free_scorers_need_no_update():
+    model = build("dino_vit")
+    for scorer in (Magnitude(), LAMP(), RandomScorer()):
+        assert not scorer.requires_data and not scorer.requires_labels
+        scorer.setup(model)
+        scorer.compute().validate(model)
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_same_seed_and_data_give_identical_scores(name):
+    results = []
+    for _ in range(2):
+        results.append(run(build_scorer(name), build("vit_swiglu"), [(views(4), labels(4))]))
+    (a, b) = results
+    assert all(torch.equal(x, y) for x, y in zip(a.heads + a.neurons, b.heads + b.neurons))
+
+
+def test_update_leaves_model_flags_grads_and_mode_as_found():
+    model = build("dino_vit").train()
+    model.patch_embed.proj.weight.requires_grad_(False)
+    model.blocks[0].norm1.eval()  # a mixed-mode module tree must come back mixed
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    modes = {n: m.training for n, m in model.named_modules()}
+    scorer = SSLFisher()
+    scorer.setup(model)
+    scorer.update(views(2))
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
+    assert {n: m.training for n, m in model.named_modules()} == modes
+    assert all(p.grad is None for p in model.parameters()), "scorers must not accumulate .grad"
+    assert all(not p.requires_grad for p in scorer.teacher.parameters())
+
+
+def test_runs_under_inference_mode_with_the_same_result():
+    model, x = build("dino_vit"), views(4)
+    expected = run(SSLFisher(), model, [x])
+    scorer = SSLFisher()
+    scorer.setup(model)
+    with torch.inference_mode():
+        scorer.update(x)
+    assert torch.equal(scorer.compute().neurons[1], expected.neurons[1])
+
+
+def test_given_teacher_is_used():
+    model = build("dino_vit")
+    other = build("dino_vit")
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(0.5)
+    a, b = SSLFisher(), SSLFisher()
+    a.setup(model)
+    b.setup(model, teacher=other)
+    assert b.teacher is other
+    assert a.update(views(2))["loss"] != b.update(views(2))["loss"]
+
+
+def test_build_scorer_names_and_errors():
+    assert set(SCORERS) == {"ssl_fisher", "label_fisher", "magnitude", "lamp", "snip_magnitude", "random"}
+    assert isinstance(build_scorer("ssl_fisher", reduction="fisher"), SSLFisher)
+    assert build_scorer("snip_magnitude", n_global=1).n_global == 1
+    with pytest.raises(ScoringError, match="unknown scorer 'fisher'; choose one of ssl_fisher"):
+        build_scorer("fisher")
+    with pytest.raises(ScoringError, match="unknown reduction 'mean'"):
+        SSLFisher(reduction="mean")
+    with pytest.raises(ScoringError, match="n_global must be >= 1"):
+        SSLFisher(n_global=0)
+
+
+@pytest.mark.parametrize("scorer", [SSLFisher(3, "fisher"), LabelFisher(), SNIPMagnitude(alpha=0.01), Magnitude(1),
+                                    LAMP(), RandomScorer(7)], ids=repr)
+def test_pickling_keeps_the_configuration_only(scorer):
+    scorer.setup(build("vit_swiglu"))
+    clone = pickle.loads(pickle.dumps(scorer))
+    assert type(clone) is type(scorer) and clone.config() == scorer.config()
+    assert getattr(clone, "model", None) is None and repr(clone) == repr(scorer)
+    assert copy.deepcopy(scorer).config() == scorer.config()
+
+
+def test_label_fisher_errors():
+    with pytest.raises(UnsupportedModelError, match="num_classes=0; use a model with a head or a label-free"):
+        LabelFisher().setup(build("dino_vit"))
+    scorer = LabelFisher()
+    scorer.setup(build("dino_vit", num_classes=5))
+    with pytest.raises(DataError, match="label_fisher needs \\(images, labels\\) batches but got images only"):
+        scorer.update(views(2)[:, 0])
+    with pytest.raises(DataError, match=r"labels must lie in \[0, 5\)"):
+        scorer.update((views(2)[:, 0], torch.tensor([0, 5])))
+    with pytest.raises(DataError, match="one class label per image"):
+        scorer.update((views(2)[:, 0], torch.zeros(2, 4, dtype=torch.long)))
+
+
+def test_label_fisher_multicrop_uses_every_view_with_its_label():
+    model = build("dino_vit", num_classes=5)
+    x, y = views(3, n_views=2), labels(3)
+    multi = run(LabelFisher(), model, [(x, y)])
+    flat = run(LabelFisher(), model, [(x.flatten(0, 1), y.repeat_interleave(2))])
+    torch.testing.assert_close(multi.neurons[0], flat.neurons[0], rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("cls", [SSLFisher, SNIPMagnitude])
+def test_ssl_scorers_reject_plain_images(cls):
+    scorer = cls()
+    scorer.setup(build("dino_vit"))
+    with pytest.raises(DataError, match="multi-crop batches .* V >= 2 .* multi-crop view transform"):
+        scorer.update((views(2)[:, 0], labels(2)))
+    with pytest.raises(DataError, match="V >= 2"):
+        scorer.update(views(2, n_views=1))
+    wide = SSLFisher(n_global=4)
+    wide.setup(build("dino_vit"))
+    with pytest.raises(DataError, match="3 views but n_global=4"):
+        wide.update(views(2, n_views=3))
+
+
+def test_bad_batches_and_order_errors():
+    scorer = SSLFisher()
+    with pytest.raises(ScoringError, match="call setup"):
+        scorer.update(views(2))
+    scorer.setup(build("dino_vit"))
+    with pytest.raises(DataError, match="saw no batches"):
+        scorer.compute()
+    with pytest.raises(DataError, match="image tensor or an \\(images, labels\\) pair"):
+        scorer.update({"image": views(2)})
+    with pytest.raises(DataError, match="got shape \\(2, 3, 32\\)"):
+        scorer.update(torch.zeros(2, 3, 32))
+    with pytest.raises(DataError, match="normalised float"):
+        scorer.update(torch.zeros(2, 2, 3, 32, 32, dtype=torch.uint8))
+
+
+def test_local_scores_round_trip_and_validation():
+    model = build("dino_vit")
+    scores = run(Magnitude(), model, [])
+    back = LocalScores.from_dict(scores.to_dict())
+    assert all(torch.equal(a, b) for a, b in zip(back.heads + back.neurons, scores.heads + scores.neurons))
+    assert LocalScores.from_dict({"heads": scores.heads, "neurons": scores.neurons}).num_blocks == 2
+    with pytest.raises(CheckpointError, match="cover 1 attention / 1 MLP blocks but the model has 2"):
+        LocalScores(scores.heads[:1], scores.neurons[:1]).validate(model)
+    with pytest.raises(CheckpointError, match="block 1 MLP neurons: 3 scores for 256 units"):
+        LocalScores(scores.heads, [scores.neurons[0], torch.ones(3)]).validate(model)
+    with pytest.raises(CheckpointError, match="block 0 heads: non-finite"):
+        LocalScores([torch.full((4,), float("nan")), scores.heads[1]], scores.neurons).validate(model)
+    with pytest.raises(CheckpointError, match="'heads' and 'neurons'"):
+        LocalScores.from_dict({"heads": []})
+
+
+def test_selectable_by_class_path():
+    from jsonargparse import ArgumentParser
+
+    from snapvit_pl.scoring import Scorer
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--scorer", type=Scorer)
+    for class_path, init_args, expected in [
+        ("snapvit_pl.scoring.SSLFisher", {"reduction": "fisher"}, SSLFisher(reduction="fisher")),
+        ("snapvit_pl.scoring.LAMP", {}, LAMP()),
+        ("snapvit_pl.scoring.RandomScorer", {"seed": 3}, RandomScorer(3)),
+    ]:
+        cfg = parser.parse_object({"scorer": {"class_path": class_path, "init_args": init_args}})
+        instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in 4.49
+        scorer = instantiate(cfg).scorer
+        assert type(scorer) is type(expected) and scorer.config() == expected.config()
+
+
+def test_follows_the_model_to_another_device_or_parameter_set():
+    """Lightning's setup hook runs before the model is moved: the scorer re-binds on the next update."""
+    model, x = build("dino_vit"), views(2)
+    expected = run(SSLFisher(), model, [x, x])
+    scorer = SSLFisher()
+    scorer.setup(model)
+    scorer.update(x)
+    scorer._device = torch.device("meta")  # pretend the model moved since setup
+    with torch.no_grad():  # and got new parameter objects
+        model.blocks[0].attn.qkv.weight = torch.nn.Parameter(model.blocks[0].attn.qkv.weight.clone())
+    scorer.update(x)
+    assert torch.equal(scorer.compute().heads[0], expected.heads[0])

@@ -1,0 +1,66 @@
+import copy
+
+import pytest
+import torch
+
+from families import FAMILIES, random_elastic_scores
+from snapvit_pl.elastic import Budget
+from snapvit_pl.models import embed, load_backbone, prune_
+from snapvit_pl.search.fitness import EmbeddingFitness, PCAProjection
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    model = load_backbone(FAMILIES["dinov2_reg"])
+    images = torch.randn(24, 3, 32, 32)
+    scores = random_elastic_scores(model)
+    return model, images, scores, EmbeddingFitness(model, images, scores, pca_components=16, batch_size=10)
+
+
+def test_masked_fitness_equals_fitness_of_physically_pruned_copies(setup):
+    model, images, scores, fitness = setup
+    coefficients = scores.coefficients + 0.3 * torch.randn(scores.coefficients.shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        teacher = embed(model, images)
+        pca = PCAProjection(teacher, 16)
+        target = torch.nn.functional.normalize(pca(teacher), dim=-1)
+        expected = []
+        for budget in fitness.pairs:
+            pruned = prune_(copy.deepcopy(model), scores.subnet(budget, coefficients=coefficients)[0])
+            projected = torch.nn.functional.normalize(pca(embed(pruned, images)), dim=-1)
+            expected.append(1 - float((projected * target).sum(-1).mean()))
+    assert fitness.distances(coefficients) == pytest.approx(expected, abs=1e-5)
+    assert fitness(coefficients) == pytest.approx(sum(expected) / 4, abs=1e-5)
+
+
+def test_fitness_is_zero_without_pruning_and_grows_with_sparsity(setup):
+    model, images, scores, _ = setup
+    none = EmbeddingFitness(model, images, scores, sparsity_pairs=[(0.0, 0.0)], pca_components=16)
+    assert none(scores.coefficients) == pytest.approx(0.0, abs=1e-6)
+    light = EmbeddingFitness(model, images, scores, sparsity_pairs=[(0.15, 0.0)], pca_components=16)
+    heavy = EmbeddingFitness(model, images, scores, sparsity_pairs=[(0.65, 0.5)], pca_components=16)
+    assert 0 < light(scores.coefficients) < heavy(scores.coefficients)
+
+
+def test_model_is_untouched_and_forward_time_is_tracked(setup):
+    model, images, scores, fitness = setup
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fitness.forward_seconds = 0.0
+    fitness(scores.coefficients)
+    assert fitness.forward_seconds > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_pca_projection_preserves_variance_order():
+    data = torch.randn(200, 8) * torch.tensor([10.0, 5, 1, 1, 1, 1, 1, 0.1])
+    projected = PCAProjection(data, 3)(data)
+    variances = projected.var(dim=0)
+    assert projected.shape == (200, 3) and variances[0] > variances[1] > variances[2]
+    assert variances[0] == pytest.approx(100, rel=0.3)
+
+
+def test_empty_images_rejected(setup):
+    model, _, scores, _ = setup
+    with pytest.raises(ValueError, match="non-empty"):
+        EmbeddingFitness(model, torch.empty(0, 3, 32, 32), scores)
