@@ -11,7 +11,7 @@ import torch
 from snapvit_pl.elastic import Budget, CostModel, ElasticScores
 from snapvit_pl.errors import SnapViTError
 from snapvit_pl.lightning.pruning_module import ExtractedModel, PruningModule
-from snapvit_pl.models import prune_, save_pruned
+from snapvit_pl.models import prunable_blocks, prune_, save_pruned
 
 #: The paper's evaluated (mlp_ratio, head_ratio) pairs: ~10-60% of the backbone's parameters.
 PAPER_BUDGETS = [
@@ -45,6 +45,21 @@ class ExportCallback(pl.Callback):
     ):
         self.budgets = [Budget(**b) for b in (budgets if budgets is not None else PAPER_BUDGETS)]
         self.mlp_multiple, self.save_models, self.scores_file = mlp_multiple, save_models, scores_file
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
+        """Fail before the expensive stages if a budget cannot be met under the keep ratios.
+
+        Reachability depends on the architecture and the keep ratios, not on the scores, so
+        uniform placeholder scores decide it.
+        """
+        blocks = prunable_blocks(pl_module.backbone)
+        placeholder = ElasticScores(
+            [torch.zeros(b.heads.num_units) for b in blocks], [torch.zeros(b.neurons.num_units) for b in blocks],
+            min_mlp_keep=pl_module.keep_ratios[0], min_head_keep=pl_module.keep_ratios[1],
+        )
+        cost = CostModel(pl_module.backbone)
+        for budget in self.budgets:
+            placeholder.subnet(budget, cost, self.mlp_multiple)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         if pl_module.local_scores is None:

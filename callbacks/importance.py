@@ -8,11 +8,15 @@ import pytorch_lightning as pl
 
 from snapvit_pl.elastic import ElasticScores
 from snapvit_pl.lightning.pruning_module import PruningModule
-from snapvit_pl.scoring import Scorer, SSLFisher
+from snapvit_pl.lightning.resume import save_resume_state
+from snapvit_pl.scoring import LocalScores, Scorer, SSLFisher
 
 
 class ImportanceCallback(pl.Callback):
     """Feeds every training batch to a scorer; at epoch end sums its statistics across ranks.
+
+    Resumable: once the scores are complete they are saved in the run's resume state, and a
+    resumed run skips the data pass.
 
     Args:
         scorer: any :class:`snapvit_pl.scoring.Scorer` (default ``SSLFisher()``, label-free).
@@ -24,9 +28,12 @@ class ImportanceCallback(pl.Callback):
         self.scorer = scorer if scorer is not None else SSLFisher()
         self.min_mlp_keep, self.min_head_keep = min_mlp_keep, min_head_keep
         self._started = 0.0
-        self._restored: Optional[dict[str, Any]] = None
+        self._local: Optional[LocalScores] = None
+
+    resumable = True
 
     def setup(self, trainer: pl.Trainer, pl_module: PruningModule, stage: str) -> None:
+        pl_module.keep_ratios = (self.min_mlp_keep, self.min_head_keep)
         datamodule = trainer.datamodule
         if datamodule is not None:
             datamodule.configure_for_model(pl_module.backbone)
@@ -37,10 +44,10 @@ class ImportanceCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         self._started = time.perf_counter()
-        self.scorer.setup(pl_module.backbone, pl_module.teacher)
-        if self._restored is not None:  # resuming: setup() reset the accumulators
-            self.scorer.load_state_dict(self._restored)
-            self._restored = None
+        if self._local is not None:
+            pl_module.skip_training = True  # scores restored from an interrupted run
+        else:
+            self.scorer.setup(pl_module.backbone, pl_module.teacher)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: PruningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.scorer.requires_data:
@@ -49,16 +56,20 @@ class ImportanceCallback(pl.Callback):
                 pl_module.log("importance/loss", stats["loss"], prog_bar=True, on_step=True, on_epoch=False)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
-        self.scorer.reduce(lambda t: trainer.strategy.reduce(t, reduce_op="sum"))
-        local = self.scorer.compute()
+        if self._local is None:
+            self.scorer.reduce(lambda t: trainer.strategy.reduce(t, reduce_op="sum"))
+            self._local = self.scorer.compute()
+            pl_module.summary["timings"]["scoring_s"] = time.perf_counter() - self._started
+            save_resume_state(trainer)
+        local = self._local
         pl_module.local_scores = ElasticScores(
             local.heads, local.neurons, None, pl_module.spec.to_dict(), pl_module.base_fingerprint,
             self.min_mlp_keep, self.min_head_keep, settings={"scorer": {"name": self.scorer.name, **self.scorer.config()}},
         )
-        pl_module.summary["timings"]["scoring_s"] = time.perf_counter() - self._started
 
     def state_dict(self) -> dict[str, Any]:
-        return {"scorer": self.scorer.state_dict()}
+        return {"local_scores": self._local.to_dict() if self._local is not None else None}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._restored = state_dict["scorer"]
+        local = state_dict.get("local_scores")
+        self._local = LocalScores.from_dict(local) if local is not None else None

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from snapvit_pl.elastic import initial_coefficients
 from snapvit_pl.errors import DataError
 from snapvit_pl.lightning.pruning_module import PruningModule
+from snapvit_pl.lightning.resume import save_resume_state
 from snapvit_pl.search import XNES
 from snapvit_pl.search.fitness import DEFAULT_SPARSITY_PAIRS, EmbeddingFitness
 from snapvit_pl.search.population import evaluate_population
@@ -56,6 +57,8 @@ class SearchCallback(pl.Callback):
         self.initial_range = tuple(initial_range)
         self._state: Optional[dict[str, Any]] = None
 
+    resumable = True
+
     def settings(self) -> dict[str, Any]:
         keys = ("max_evaluations", "popsize", "sigma", "seed", "num_images", "batch_size", "pca_components", "sparsity_pairs", "initial_range")
         return {k: getattr(self, k) for k in keys}
@@ -83,19 +86,31 @@ class SearchCallback(pl.Callback):
         es = XNES(mean, sigma=self.sigma, popsize=self.popsize, seed=self.seed)
         if self._state is not None:
             es.load_state_dict(self._state["xnes"])
+            pl_module.summary["search_resumed_at"] = es.evaluations
         initial_fitness = self._state["initial_fitness"] if self._state else fitness(mean)
         rank, world = trainer.global_rank, trainer.world_size
         gather = (lambda t: trainer.strategy.all_gather(t.to(pl_module.device)).reshape(world, -1)) if world > 1 else None
-        bar = tqdm(total=self.max_evaluations, initial=es.evaluations, desc="xNES search", disable=rank != 0, dynamic_ncols=True)
+        bar = tqdm(total=self.max_evaluations, initial=es.evaluations, desc="xNES search", dynamic_ncols=True,
+                   disable=rank != 0 or not trainer.progress_bar_callback)
+        local_evaluations = 0
+
+        def evaluated(index: int, value: float) -> None:
+            nonlocal local_evaluations
+            local_evaluations += 1
+            bar.update(world)
+
         while es.evaluations < self.max_evaluations:
             candidates = es.ask()[: self.max_evaluations - es.evaluations]
             first = es.evaluations
-            values = evaluate_population(candidates, fitness, rank, world, gather, on_evaluation=lambda i, f: bar.update(world))
+            values = evaluate_population(candidates, fitness, rank, world, gather, on_evaluation=evaluated)
             es.tell(candidates, values)
             self._log(trainer, es, values, first)
             self._state = {"xnes": es.state_dict(), "initial_fitness": initial_fitness}
+            save_resume_state(trainer)
             bar.set_postfix(best=f"{es.best_fitness:.4f}", sigma=f"{es.sigma:.3f}")
         bar.close()
+        counts = torch.tensor([local_evaluations])
+        per_rank = gather(counts.float()).flatten().long().tolist() if gather else [local_evaluations]
         use_search = es.best_x is not None and es.best_fitness < initial_fitness
         pl_module.coefficients = (es.best_x if use_search else mean).float()
         pl_module.summary["search"] = {
@@ -104,6 +119,7 @@ class SearchCallback(pl.Callback):
             "initial_fitness": initial_fitness,
             "improved_on_initial": use_search,
             "generations": es.generation,
+            "evaluations_per_rank": per_rank,
             "forward_s": fitness.forward_seconds,
             "settings": self.settings(),
         }

@@ -6,6 +6,7 @@ exit with status 2; ``--verbose`` re-raises them with their traceback.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -83,6 +84,12 @@ def _prune_cli(argv: list[str]):
             check_run_dir(out_dir, config.overwrite)
             config.out_dir = str(out_dir)
             config.trainer.default_root_dir = str(out_dir)
+            if config.trainer.strategy in ("ddp", "ddp_spawn", "ddp_fork"):
+                start_method = {"ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork"}[config.trainer.strategy]
+                config.trainer.strategy = {
+                    "class_path": "snapvit_pl.lightning.strategy.PruningDDPStrategy",
+                    "init_args": {"start_method": start_method},
+                }
             if config.trainer.logger in (None, True):
                 config.trainer.logger = {
                     "class_path": "pytorch_lightning.loggers.TensorBoardLogger",
@@ -96,28 +103,90 @@ def _prune_cli(argv: list[str]):
     ), ClassificationDataModule
 
 
+def _resume_args(argv: list[str]) -> tuple[list[str], Optional[Path]]:
+    """``--resume RUN_DIR`` -> the run's saved config and out_dir, then any other overrides."""
+    resume = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--resume"), None)
+    resume = resume or next((a.split("=", 1)[1] for a in argv if a.startswith("--resume=")), None)
+    if resume is None:
+        return argv, None
+    rest = [a for i, a in enumerate(argv) if a != "--resume" and not a.startswith("--resume=") and (i == 0 or argv[i - 1] != "--resume")]
+    run_dir = Path(resume)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir} has no config.yaml: --resume takes the directory of an interrupted prune.py run")
+    if (run_dir / "report.json").exists():
+        raise ConfigError(f"{run_dir} already finished (report.json exists); nothing to resume")
+    return ["--config", str(run_dir / "config.yaml"), *rest, "--out_dir", str(run_dir), "--overwrite", "true"], run_dir
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Raised by the SIGTERM handler so Lightning shuts down as for Ctrl+C."""
+
+
 def prune_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``prune.py``; returns the exit status."""
+    import signal
+
+    from .io import write_text_atomic
+    from .lightning.resume import RESUME_FILE, load_resume_state, restore_callbacks
+
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = _pop_flag(argv, "--verbose") or bool(os.environ.get("SNAPVIT_VERBOSE"))
-    if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv) and not {"-h", "--help"} & set(argv):
-        argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
+    out_dir: Optional[Path] = None
+    created = False
     try:
+        argv, resume_dir = _resume_args(argv)
+        if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv) and not {"-h", "--help"} & set(argv):
+            argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
         cli, _ = _prune_cli(argv)
-        from .io import write_text_atomic
-
         out_dir = Path(cli.config.out_dir)
+        created = not out_dir.exists()
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_none=False))
+        if resume_dir is not None:
+            restore_callbacks(cli.trainer, load_resume_state(resume_dir))
+        else:
+            write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_none=False))
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(_Interrupted()))
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     except SnapViTError as err:
+        if created and out_dir is not None and not (out_dir / RESUME_FILE).exists():
+            shutil.rmtree(out_dir, ignore_errors=True)  # a run that failed on bad input leaves nothing behind
         return _fail(err, verbose)
+    except (KeyboardInterrupt, SystemExit) as err:
+        if isinstance(err, SystemExit) and err.code in (0, None):
+            raise
+        if out_dir is None:
+            raise
+        print(f"interrupted: progress is saved in {out_dir}; continue with: python prune.py --resume {out_dir}", file=sys.stderr)
+        return 130
     return 0
 
 
+def _train_cli(argv: list[str]):
+    from pytorch_lightning.cli import LightningCLI
+
+    from .data import VisionDataModule
+    from .lightning.finetune_module import FinetuneModule
+
+    class TrainCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser) -> None:
+            parser.link_arguments("model.model_name", "data.init_args.model_name")
+            parser.set_defaults({"trainer.max_epochs": 10})
+
+    return TrainCLI(
+        FinetuneModule, VisionDataModule, subclass_mode_data=True, args=argv, seed_everything_default=0,
+        parser_kwargs={"description": "Fine-tune a pruned ViT (or train a dense one)."},
+        save_config_kwargs={"overwrite": True},
+    )
+
+
 def train_main(argv: Optional[list[str]] = None) -> int:
-    """Entry point of ``train.py``."""
-    print("train.py: fine-tuning is not implemented yet (see the issue tracker); the install works.")
+    """Entry point of ``train.py`` (LightningCLI subcommands ``fit``, ``validate``, ``test``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = _pop_flag(argv, "--verbose") or bool(os.environ.get("SNAPVIT_VERBOSE"))
+    try:
+        _train_cli(argv)
+    except SnapViTError as err:
+        return _fail(err, verbose)
     return 0
 
 

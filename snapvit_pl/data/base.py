@@ -100,16 +100,23 @@ class MappedDataset(Dataset):
     Args:
         dataset: yields (image, target) tuples.
         fn: picklable callable taking (image, target).
+        seed: if set, ``fn`` runs under a torch RNG seeded from ``(seed, i)``: random augmentations
+            of sample ``i`` are then the same in every process, worker and epoch, so statistics
+            summed over a data set do not depend on how it is split across DDP ranks.
     """
 
-    def __init__(self, dataset: Dataset, fn: Callable):
-        self.dataset, self.fn = dataset, fn
+    def __init__(self, dataset: Dataset, fn: Callable, seed: Optional[int] = None):
+        self.dataset, self.fn, self.seed = dataset, fn, seed
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int):
-        return self.fn(*self.dataset[index])
+        if self.seed is None:
+            return self.fn(*self.dataset[index])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed * 1_000_003 + int(index))
+            return self.fn(*self.dataset[index])
 
 
 class TransformImage:
@@ -247,7 +254,8 @@ class VisionDataModule(pl.LightningDataModule):
             transform = MultiCropTransform(self.input_config, **self.multicrop_args)
         else:
             raise DataError(f"unknown views {views!r}; use 'plain' or 'multicrop'")
-        return MappedDataset(self.dataset(split, max_samples), TransformImage(transform, keep_target=False))
+        seed = self.seed if views == "multicrop" else None  # per-sample crops, identical across ranks
+        return MappedDataset(self.dataset(split, max_samples), TransformImage(transform, keep_target=False), seed)
 
     def unlabeled_dataloader(self, views: Views = "plain", batch_size: Optional[int] = None,
                              max_samples: Optional[int] = None, split: str = "train",

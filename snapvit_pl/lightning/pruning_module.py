@@ -79,6 +79,8 @@ class PruningModule(pl.LightningModule):
         self.extract_hooks: list[tuple[int, ExtractHook]] = []
         self.summary: dict[str, Any] = {"timings": {}}
         self.strict_loading = False
+        self.keep_ratios = (0.05, 0.2)  # (min_mlp_keep, min_head_keep), set by ImportanceCallback
+        self.skip_training = False  # set when a resumed run already has its importance scores
 
     @property
     def teacher(self) -> nn.Module:
@@ -99,6 +101,9 @@ class PruningModule(pl.LightningModule):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.backbone(images)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Optional[int]:
+        return -1 if self.skip_training else None  # -1 ends the epoch at once
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         """No-op: each batch is consumed by ``ImportanceCallback.on_train_batch_end``."""

@@ -55,16 +55,19 @@ def test_existing_results_are_not_overwritten(tiny_prune_args, tmp_path, capsys)
     ("--export.budgets=[{mlp_ratio: 1.5, head_ratio: 0.1}]", "mlp_ratio=1.5 is outside [0, 1)"),
     ("--export.budgets=[{params: 0.01}]", "unreachable"),
     ("--model.model_name=vit_not_a_model", "unknown timm model"),
+    ("--data.init_args.source=folder", "has no train/ and val/ folders"),
 ])
 def test_bad_input_exits_2_with_one_line(tiny_prune_args, tmp_path, override, message):
+    (tmp_path / "empty").mkdir()
+    extra = [f"--data.init_args.root={tmp_path / 'empty'}"] if "source=folder" in override else []
     result = subprocess.run(
-        [sys.executable, str(ROOT / "prune.py"), *tiny_prune_args, override], capture_output=True, text=True, cwd=tmp_path
+        [sys.executable, str(ROOT / "prune.py"), *tiny_prune_args, override, *extra], capture_output=True, text=True, cwd=tmp_path
     )
     assert result.returncode == 2, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0]
     assert "Traceback" not in result.stderr
-    assert not (tmp_path / "run" / "report.json").exists()
+    assert not (tmp_path / "run").exists(), "a run that failed on bad input leaves nothing behind"
 
 
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "prune").glob("*.yaml")), ids=lambda p: p.stem)

@@ -1,0 +1,32 @@
+"""Saves the trained model in the pruned-checkpoint format (safetensors + architecture record)."""
+from __future__ import annotations
+
+import pytorch_lightning as pl
+
+from snapvit_pl.lightning.finetune_module import FinetuneModule
+from snapvit_pl.models import save_pruned
+
+
+class SavePrunedCallback(pl.Callback):
+    """At the end of ``fit``, writes ``<default_root_dir>/<dirname>`` loadable by ``load_pruned``
+    (and therefore by ``prune.py`` and evaluation). Rank 0 only; written atomically.
+
+    Args:
+        dirname: output directory name inside the run directory.
+        use_best: reload the best ``ModelCheckpoint`` weights first (when one was saved).
+    """
+
+    def __init__(self, dirname: str = "model", use_best: bool = True):
+        self.dirname, self.use_best = dirname, use_best
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: FinetuneModule) -> None:
+        best = getattr(trainer.checkpoint_callback, "best_model_path", "") if self.use_best else ""
+        if best:
+            import torch
+
+            state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+            pl_module.load_state_dict(state, strict=False)
+        if trainer.is_global_zero:
+            extra = {"trained_from": pl_module.hparams.get("checkpoint"), "best_checkpoint": best or None,
+                     "epochs": trainer.current_epoch, "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}
+            save_pruned(pl_module.model, f"{trainer.default_root_dir}/{self.dirname}", pl_module.spec, extra=extra)

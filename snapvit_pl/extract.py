@@ -1,0 +1,74 @@
+"""Cut pruned models from an elastic-scores file at any budget, without re-running prune.py.
+
+    python -m snapvit_pl.extract --scores runs/prune/X/elastic_scores.safetensors \\
+        --budget flops=0.5 --budget sparsity=0.3 --budget mlp_ratio=0.35,head_ratio=0.2 --out pruned/
+
+The base weights are rebuilt from the spec recorded in the scores (timm hub name or local
+file); ``--checkpoint-path`` points at a local copy instead. Their fingerprint must match.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Optional
+
+from .elastic import Budget, CostModel, ElasticScores
+from .errors import ConfigError, SnapViTError
+from .models import BackboneSpec, load_backbone, prune_, save_pruned
+
+
+def parse_budget(text: str) -> Budget:
+    """``"flops=0.5"`` or ``"mlp_ratio=0.35,head_ratio=0.2"`` -> :class:`Budget`."""
+    try:
+        fields = {key.strip(): float(value) for key, value in (item.split("=", 1) for item in text.split(","))}
+        return Budget(**fields)
+    except (ValueError, TypeError) as err:
+        if isinstance(err, SnapViTError):
+            raise
+        raise ConfigError(
+            f"cannot read budget {text!r} ({err}); use e.g. flops=0.5, params=2e7, sparsity=0.4 or mlp_ratio=0.35,head_ratio=0.2"
+        ) from err
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m snapvit_pl.extract", description=__doc__.splitlines()[0])
+    parser.add_argument("--scores", required=True, help="elastic_scores.safetensors written by prune.py")
+    parser.add_argument("--budget", action="append", required=True, help="repeatable: flops=0.5 | params=N | sparsity=0.4 | mlp_ratio=a,head_ratio=b")
+    parser.add_argument("--out", required=True, help="directory receiving one checkpoint per budget")
+    parser.add_argument("--checkpoint-path", default=None, help="local base weights (instead of the recorded source)")
+    parser.add_argument("--mlp-multiple", type=int, default=1, help="round MLP widths to this multiple (8/16)")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing checkpoints")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    try:
+        budgets = [parse_budget(b) for b in args.budget]
+        scores = ElasticScores.load(args.scores)
+        spec = BackboneSpec.from_dict(scores.base)
+        if args.checkpoint_path:
+            spec = BackboneSpec(spec.model_name, False, args.checkpoint_path, spec.model_kwargs)
+        base = load_backbone(spec)
+        scores.check_model(base)
+        cost = CostModel(base)
+        for budget in budgets:
+            subnet, mlp_ratio, head_ratio = scores.subnet(budget, cost, args.mlp_multiple)
+            path = Path(args.out) / budget.label()
+            model = prune_(copy.deepcopy(base), subnet)
+            save_pruned(model, path, spec, subnet, overwrite=args.overwrite, extra={
+                "budget": {k: v for k, v in vars(budget).items() if v is not None}, "mlp_ratio": mlp_ratio,
+                "head_ratio": head_ratio, "params": cost.params(subnet), "flops": cost.flops(subnet),
+                "base_fingerprint": scores.fingerprint,
+            })
+            print(f"{path}: mlp_ratio {mlp_ratio:.3f}, head_ratio {head_ratio:.3f}, "
+                  f"{cost.params(subnet) / cost.dense_params:.1%} params, {cost.flops(subnet) / cost.dense_flops:.1%} FLOPs")
+    except (SnapViTError, FileExistsError) as err:
+        if args.verbose:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
