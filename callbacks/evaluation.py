@@ -11,13 +11,13 @@ from snapvit_pl.lightning.pruning_module import ExtractedModel, PruningModule
 
 
 class EvaluationCallback(pl.Callback):
-    """Frozen-feature metrics (weighted k-NN, linear probe, own head) for dense and pruned models.
+    """Frozen-feature metrics (weighted k-NN, linear probe, own head) and throughput, dense and pruned.
 
     Uses the DataModule's labeled ``train`` split as k-NN memory / probe training set and its
     ``val`` split for scoring. Runs on rank 0 only; the other ranks skip it.
 
     Args:
-        metrics: any of ``knn``, ``linear``, ``head``.
+        metrics: any of ``knn``, ``linear``, ``head``, ``throughput`` (images/s at batch 64).
         train_samples: class-balanced subset of train used as memory (None: all).
         val_samples: class-balanced subset of val scored (None: all).
         batch_size: feature-extraction batch size.

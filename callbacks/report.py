@@ -74,13 +74,20 @@ def _rows(report: dict[str, Any]) -> list[list[str]]:
         rows.append([
             name, ratios, f"{entry['params'] / 1e6:.3f}M ({entry['params'] / dense['params']:.0%})",
             f"{entry['flops'] / 1e9:.4f}G ({entry['flops'] / dense['flops']:.0%})",
-            *[f"{100 * entry.get('metrics', {})[m]:.2f}" if m in entry.get("metrics", {}) else "-" for m in metrics],
+            *[_format(m, entry.get("metrics", {}).get(m)) for m in metrics],
         ])
     return rows
 
 
+def _format(metric: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if not metric.endswith(("top1", "top5", "miou")) else f"{100 * value:.2f}"
+
+
 def _columns(report: dict[str, Any]) -> list[str]:
-    return ["model", "MLP / head ratio", "params", "FLOPs"] + [f"{m} (%)" for m in _metric_names(report)]
+    names = _metric_names(report)
+    return ["model", "MLP / head ratio", "params", "FLOPs"] + [f"{m} (%)" if m.endswith(("top1", "top5", "miou")) else m for m in names]
 
 
 def summary_table(report: dict[str, Any]) -> Table:

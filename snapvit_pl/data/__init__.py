@@ -1,6 +1,14 @@
 """DataModules and transforms: labeled classification/segmentation data for evaluation, unlabeled
 plain and multi-crop views for pruning."""
-from snapvit_pl.data.base import VisionDataModule, balanced_subset_indices, read_image
+from snapvit_pl.data.base import (
+    EpochSeededSampler,
+    MappedDataset,
+    VisionDataModule,
+    balanced_subset_indices,
+    epoch_seed,
+    read_image,
+    seeded_rngs,
+)
 from snapvit_pl.data.classification import ClassificationDataModule
 from snapvit_pl.data.fashion_mnist import (
     DEBIAN_FASHION_MNIST_DIR,
@@ -24,8 +32,10 @@ __all__ = [
     "ConvertChannels",
     "DEBIAN_FASHION_MNIST_DIR",
     "DataError",
+    "EpochSeededSampler",
     "FashionMNIST",
     "FashionMNISTSegmentation",
+    "MappedDataset",
     "MultiCropTransform",
     "SegmentationDataModule",
     "SegmentationPairs",
@@ -33,8 +43,10 @@ __all__ = [
     "VisionDataModule",
     "balanced_subset_indices",
     "classification_transform",
+    "epoch_seed",
     "find_fashion_mnist",
     "read_idx",
     "read_image",
     "resolve_input_config",
+    "seeded_rngs",
 ]

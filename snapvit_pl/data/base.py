@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import logging
+import random
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Callable, Literal, Optional, Union
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from PIL import Image
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from snapvit_pl.data.transforms import MultiCropTransform, resolve_input_config
 from snapvit_pl.errors import DataError
@@ -94,15 +97,86 @@ def balanced_subset_indices(
     return sorted(chosen)
 
 
+# Odd 64-bit stride (golden ratio) mixing the epoch into seeds; epoch 0 leaves a seed unchanged.
+_EPOCH_STRIDE = 0x9E3779B97F4A7C15
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of ``epoch`` derived from ``seed`` (``seed`` itself for epoch 0), in [0, 2**64)."""
+    return (int(seed) + int(epoch) * _EPOCH_STRIDE) % 2**64
+
+
+@contextmanager
+def seeded_rngs(seed: int):
+    """Run a block under torch's CPU RNG, Python's ``random`` and NumPy's global RNG all seeded
+    from ``seed``; their previous states are restored afterwards (CUDA RNGs are not touched)."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed % 2**64)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+class EpochSeededSampler(Sampler):
+    """Shuffled order that is a function of ``(seed, epoch)`` only, so an interrupted and resumed
+    training run sees exactly the batches of an uninterrupted one.
+
+    Lightning calls ``set_epoch(current_epoch)`` before every epoch (also after resuming, and on the
+    ``DistributedSamplerWrapper`` it puts around this sampler under DDP, which forwards the call;
+    every rank computes the same order and the wrapper shards it). Used on its own, a second pass
+    without ``set_epoch`` in between moves on to the next epoch, so the data is still reshuffled
+    every pass. Epoch 0 is the first-pass order of ``DataLoader(shuffle=True,
+    generator=torch.Generator().manual_seed(seed))`` (what the DataModules used before).
+
+    Args:
+        num_items: dataset length.
+        seed: base seed.
+        with_epoch: yield ``(epoch, index)`` keys instead of indices, for datasets whose random
+            augmentation is seeded per sample and epoch (:class:`MappedDataset` with a seed).
+    """
+
+    def __init__(self, num_items: int, seed: int = 0, with_epoch: bool = False):
+        self.num_items, self.seed, self.with_epoch = int(num_items), int(seed), with_epoch
+        self.epoch, self._fresh = 0, True
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self._fresh = int(epoch), True
+
+    def __len__(self) -> int:
+        return self.num_items
+
+    def __iter__(self) -> Iterator:
+        if not self._fresh:
+            self.epoch += 1
+        self._fresh = False
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        # Skip the draw a DataLoader makes for its worker base seed before shuffling, so epoch 0
+        # keeps the order of DataLoader(shuffle=True, generator=Generator().manual_seed(seed)).
+        torch.empty((), dtype=torch.int64).random_(generator=generator)
+        order = torch.randperm(self.num_items, generator=generator).tolist()
+        if self.with_epoch:
+            epoch = self.epoch
+            return iter([(epoch, index) for index in order])
+        return iter(order)
+
+
 class MappedDataset(Dataset):
     """Dataset of ``fn(*dataset[i])``.
 
     Args:
         dataset: yields (image, target) tuples.
         fn: picklable callable taking (image, target).
-        seed: if set, ``fn`` runs under a torch RNG seeded from ``(seed, i)``: random augmentations
-            of sample ``i`` are then the same in every process, worker and epoch, so statistics
-            summed over a data set do not depend on how it is split across DDP ranks.
+        seed: if set, ``fn`` runs under torch, Python and NumPy RNGs seeded from ``(seed, i)``:
+            random augmentations of sample ``i`` are then the same in every process and worker, so
+            statistics summed over a data set do not depend on how it is split across DDP ranks.
+            The dataset also accepts ``(epoch, i)`` keys (from :class:`EpochSeededSampler` with
+            ``with_epoch``): the augmentation then changes from epoch to epoch but stays a function
+            of ``(seed, epoch, i)``, so a resumed run sees the same crops as an uninterrupted one.
     """
 
     def __init__(self, dataset: Dataset, fn: Callable, seed: Optional[int] = None):
@@ -111,11 +185,11 @@ class MappedDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, key: Union[int, tuple[int, int]]):
+        epoch, index = key if isinstance(key, tuple) else (0, key)
         if self.seed is None:
             return self.fn(*self.dataset[index])
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed * 1_000_003 + int(index))
+        with seeded_rngs(epoch_seed(self.seed * 1_000_003 + int(index), epoch)):
             return self.fn(*self.dataset[index])
 
 
@@ -242,8 +316,10 @@ class VisionDataModule(pl.LightningDataModule):
         return subset
 
     def labeled_dataset(self, split: str, max_samples: Optional[int] = None) -> Dataset:
-        """Transformed (image, target) dataset of a split."""
-        return MappedDataset(self.dataset(split, max_samples), self._labeled_fn(split))
+        """Transformed (image, target) dataset of a split; random training augmentation (train
+        split with train_augment) is seeded per sample and epoch (see :class:`MappedDataset`)."""
+        seed = self.seed if self.train_augment and split == "train" else None
+        return MappedDataset(self.dataset(split, max_samples), self._labeled_fn(split), seed)
 
     def unlabeled_dataset(self, split: str = "train", views: Views = "plain",
                           max_samples: Optional[int] = None) -> Dataset:
@@ -297,10 +373,16 @@ class VisionDataModule(pl.LightningDataModule):
         return self.val_dataloader()
 
     def _loader(self, dataset: Dataset, shuffle: bool, batch_size: Optional[int] = None) -> DataLoader:
+        # Shuffling by (seed, epoch), not by a generator that advances from pass to pass: a run
+        # resumed from a checkpoint then gets the same order as an uninterrupted one.
+        sampler = None
+        if shuffle:
+            per_sample_seeds = isinstance(dataset, MappedDataset) and dataset.seed is not None
+            sampler = EpochSeededSampler(len(dataset), self.seed, with_epoch=per_sample_seeds)
         return DataLoader(
-            dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
+            dataset, batch_size=batch_size or self.batch_size, sampler=sampler, num_workers=self.num_workers,
             pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0,
-            generator=torch.Generator().manual_seed(self.seed),
+            generator=torch.Generator().manual_seed(self.seed),  # worker base seeds: not drawn from the global RNG
         )
 
     # -- subclass interface -----------------------------------------------------------------

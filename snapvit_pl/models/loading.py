@@ -11,7 +11,7 @@ import timm
 import torch
 from torch import nn
 
-from ..errors import CheckpointError, UnsupportedModelError
+from ..errors import CheckpointError, ConfigError, UnsupportedModelError
 
 
 @dataclass
@@ -63,6 +63,18 @@ def _decode(value: Any) -> Any:
     return value
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A user path; a relative one missing from the working directory is looked up in the
+    snapvit-pl checkout too, so the shipped assets (``assets/...``) work from anywhere."""
+    path = Path(path).expanduser()
+    if not path.is_absolute() and not path.exists() and (PROJECT_ROOT / path).exists():
+        return PROJECT_ROOT / path
+    return path
+
+
 def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
     """Create a timm model from a :class:`BackboneSpec` (or a model name plus spec fields).
 
@@ -80,13 +92,15 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
         )
     kwargs = {k: _decode(v) for k, v in spec.model_kwargs.items()}
     if spec.checkpoint_path is not None:
-        path = Path(spec.checkpoint_path).expanduser()
+        path = resolve_path(spec.checkpoint_path)
         if not path.is_file():
             raise CheckpointError(f"checkpoint file not found: {path}; pass an existing weights file as checkpoint_path")
         overlay = dict(kwargs.pop("pretrained_cfg_overlay", {}) or {}, file=str(path))
         kwargs["pretrained_cfg_overlay"] = overlay
     try:
         model = timm.create_model(spec.model_name, pretrained=spec.pretrained or spec.checkpoint_path is not None, **kwargs)
+    except TypeError as err:
+        raise ConfigError(f"timm model '{spec.model_name}' does not accept these model_kwargs: {err}; fix model_kwargs") from err
     except (RuntimeError, OSError, ValueError, KeyError) as err:
         where = spec.checkpoint_path or f"the hub weights of {spec.model_name}"
         hint = (

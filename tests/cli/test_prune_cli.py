@@ -56,10 +56,13 @@ def test_existing_results_are_not_overwritten(tiny_prune_args, tmp_path, capsys)
     ("--export.budgets=[{params: 0.01}]", "unreachable"),
     ("--model.model_name=vit_not_a_model", "unknown timm model"),
     ("--data.init_args.source=folder", "has no train/ and val/ folders"),
+    ("--model.checkpoint_path=/nonexistent/weights.safetensors", "checkpoint file not found"),
+    ("--model.model_kwargs={num_classes: 0}", "unsupported architecture ResNet"),
 ])
 def test_bad_input_exits_2_with_one_line(tiny_prune_args, tmp_path, override, message):
     (tmp_path / "empty").mkdir()
     extra = [f"--data.init_args.root={tmp_path / 'empty'}"] if "source=folder" in override else []
+    extra += ["--model.model_name=resnet18"] if "num_classes: 0" in override else []
     result = subprocess.run(
         [sys.executable, str(ROOT / "prune.py"), *tiny_prune_args, override, *extra], capture_output=True, text=True, cwd=tmp_path
     )
@@ -68,6 +71,20 @@ def test_bad_input_exits_2_with_one_line(tiny_prune_args, tmp_path, override, me
     assert len(errors) == 1 and message in errors[0]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists(), "a run that failed on bad input leaves nothing behind"
+
+
+@pytest.mark.parametrize("override, key", [
+    ("--search.max_evaluationz=3", "search.max_evaluationz"),
+    ("--search.max_evaluations=abc", "search.max_evaluations"),
+    ("--config={bad_yaml}", "max_evaluationz"),
+])
+def test_invalid_configuration_names_the_key(tmp_path, override, key):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("search:\n  max_evaluationz: 3\n")
+    result = subprocess.run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / "run"),
+                             override.format(bad_yaml=bad_yaml)], capture_output=True, text=True)
+    assert result.returncode == 2 and key in result.stderr
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "prune").glob("*.yaml")), ids=lambda p: p.stem)
