@@ -1,6 +1,7 @@
 """DataModules and transforms: labeled classification/segmentation data for evaluation, unlabeled
 plain and multi-crop views for pruning."""
 from snapvit_pl.data.base import (
+    DeferredDataLoader,
     EpochSeededSampler,
     MappedDataset,
     VisionDataModule,
@@ -32,6 +33,7 @@ __all__ = [
     "ConvertChannels",
     "DEBIAN_FASHION_MNIST_DIR",
     "DataError",
+    "DeferredDataLoader",
     "EpochSeededSampler",
     "FashionMNIST",
     "FashionMNISTSegmentation",

@@ -126,12 +126,12 @@ class EpochSeededSampler(Sampler):
     """Shuffled order that is a function of ``(seed, epoch)`` only, so an interrupted and resumed
     training run sees exactly the batches of an uninterrupted one.
 
-    Lightning calls ``set_epoch(current_epoch)`` before every epoch (also after resuming, and on the
-    ``DistributedSamplerWrapper`` it puts around this sampler under DDP, which forwards the call;
-    every rank computes the same order and the wrapper shards it). Used on its own, a second pass
-    without ``set_epoch`` in between moves on to the next epoch, so the data is still reshuffled
-    every pass. Epoch 0 is the first-pass order of ``DataLoader(shuffle=True,
-    generator=torch.Generator().manual_seed(seed))`` (what the DataModules used before).
+    Lightning calls ``set_epoch(epoch)`` before every training epoch, also on the
+    ``DistributedSamplerWrapper`` it puts around this sampler under DDP (the wrapper forwards the
+    call, every rank derives the same order and the wrapper shards it). Without ``set_epoch`` the
+    order stays that of the last epoch set. Epoch 0 is the first-pass order of
+    ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))`` (what the
+    DataModules used before).
 
     Args:
         num_items: dataset length.
@@ -142,27 +142,51 @@ class EpochSeededSampler(Sampler):
 
     def __init__(self, num_items: int, seed: int = 0, with_epoch: bool = False):
         self.num_items, self.seed, self.with_epoch = int(num_items), int(seed), with_epoch
-        self.epoch, self._fresh = 0, True
+        self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch, self._fresh = int(epoch), True
+        self.epoch = int(epoch)
 
     def __len__(self) -> int:
         return self.num_items
 
     def __iter__(self) -> Iterator:
-        if not self._fresh:
-            self.epoch += 1
-        self._fresh = False
-        generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        epoch = self.epoch
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
         # Skip the draw a DataLoader makes for its worker base seed before shuffling, so epoch 0
         # keeps the order of DataLoader(shuffle=True, generator=Generator().manual_seed(seed)).
         torch.empty((), dtype=torch.int64).random_(generator=generator)
         order = torch.randperm(self.num_items, generator=generator).tolist()
-        if self.with_epoch:
-            epoch = self.epoch
-            return iter([(epoch, index) for index in order])
-        return iter(order)
+        return iter([(epoch, index) for index in order] if self.with_epoch else order)
+
+
+class _DeferredIterator:
+    """Creates the real DataLoader iterator at the first ``next()``."""
+
+    def __init__(self, start: Callable[[], Iterator]):
+        self._start, self._iterator = start, None
+
+    def __iter__(self) -> "_DeferredIterator":
+        return self
+
+    def __next__(self):
+        if self._iterator is None:
+            self._iterator = self._start()
+        return next(self._iterator)
+
+
+class DeferredDataLoader(DataLoader):
+    """A DataLoader whose ``iter()`` draws nothing from its sampler until the first batch is asked for.
+
+    With worker processes, a plain DataLoader iterator takes its first indices from the sampler as
+    soon as it is created. Lightning (2.5.3 - 2.6, issue Lightning-AI/pytorch-lightning#21938)
+    creates the training iterator before it calls ``set_epoch`` and, when resuming, before it has
+    restored the epoch; the first resumed epoch would then replay epoch 0's order. Deferring the
+    start until the first batch means the sampler sees the epoch Lightning has set by then.
+    """
+
+    def __iter__(self) -> Iterator:
+        return _DeferredIterator(super().__iter__)
 
 
 class MappedDataset(Dataset):
@@ -379,7 +403,7 @@ class VisionDataModule(pl.LightningDataModule):
         if shuffle:
             per_sample_seeds = isinstance(dataset, MappedDataset) and dataset.seed is not None
             sampler = EpochSeededSampler(len(dataset), self.seed, with_epoch=per_sample_seeds)
-        return DataLoader(
+        return DeferredDataLoader(
             dataset, batch_size=batch_size or self.batch_size, sampler=sampler, num_workers=self.num_workers,
             pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.seed),  # worker base seeds: not drawn from the global RNG

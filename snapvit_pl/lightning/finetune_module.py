@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Literal, Optional
 
 import pytorch_lightning as pl
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from ..data.base import epoch_seed
 from ..errors import ConfigError
 from ..models.checkpoint import load_pruned
 from ..models.embedding import embed
@@ -64,6 +66,7 @@ class FinetuneModule(pl.LightningModule):
         self.save_hyperparameters()
         if checkpoint is not None:
             self.model, record = load_pruned(checkpoint)
+            self.model.train()  # load_pruned returns eval mode; Lightning keeps submodules' modes
             self.spec = BackboneSpec.from_dict(record["base"])
             self.record: Optional[dict[str, Any]] = record
         elif model_name is not None:
@@ -100,6 +103,15 @@ class FinetuneModule(pl.LightningModule):
         if self.hparams.distill == "cosine":
             return 1 - F.cosine_similarity(student, target, dim=-1).mean()
         return F.mse_loss(student, target)
+
+    def on_train_epoch_start(self) -> None:
+        """With ``seed_everything`` (train.py's ``seed_everything``), reseed torch's RNGs from
+        (seed, epoch, rank) before each epoch: dropout and drop-path of an epoch then do not depend
+        on what ran before it, so a run resumed from an end-of-epoch checkpoint draws the same
+        masks as an uninterrupted one (Lightning checkpoints do not hold the RNG states)."""
+        seed = os.environ.get("PL_GLOBAL_SEED")
+        if seed is not None:
+            torch.manual_seed((epoch_seed(int(seed), self.current_epoch) + 1_000_003 * self.global_rank) % 2**64)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         images, labels = batch

@@ -10,7 +10,9 @@ from torch.utils.data import DataLoader
 
 from lightning_fabric.utilities.data import _set_sampler_epoch
 from lightning_fabric.utilities.distributed import DistributedSamplerWrapper
-from snapvit_pl.data import ClassificationDataModule, EpochSeededSampler, MappedDataset, classification_transform
+from snapvit_pl.data import (
+    ClassificationDataModule, EpochSeededSampler, MappedDataset, classification_transform, resolve_input_config,
+)
 from snapvit_pl.data.base import TransformImage
 
 
@@ -37,10 +39,25 @@ def test_epoch_zero_is_the_old_seeded_dataloader_order():
     assert list(EpochSeededSampler(37, seed=5)) == old
 
 
-def test_passes_without_set_epoch_reshuffle_like_epochs():
+def test_order_stays_until_the_next_set_epoch():
     sampler = EpochSeededSampler(20, seed=0)
-    first, second = list(sampler), list(sampler)
-    assert [first, second] == _epochs(EpochSeededSampler(20, seed=0), [0, 1])
+    sampler.set_epoch(3)
+    assert list(sampler) == list(sampler) == _epochs(EpochSeededSampler(20, seed=0), [3])[0]
+
+
+def test_loader_draws_indices_only_at_the_first_batch(classification_tree, rgb32):
+    """Lightning creates the iterator before set_epoch (issue #21938); a worker iterator must not
+    have drawn the epoch-0 order by then."""
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, num_workers=1, batch_size=12)
+    loader = dm.train_dataloader()
+    iterator = iter(loader)
+    loader.sampler.set_epoch(2)
+    _, labels = next(iterator)
+    loader.sampler.set_epoch(2)
+    assert labels.tolist() == next(iter(loader))[1].tolist()
+    loader.sampler.set_epoch(0)
+    assert labels.tolist() != next(iter(loader))[1].tolist()
+    del iterator, loader
 
 
 def test_with_epoch_yields_epoch_keys():
@@ -84,7 +101,8 @@ def _noise_images(count, seed=0):
 
 
 def test_augmentation_seeded_per_epoch_and_sample(rgb32):
-    dataset = MappedDataset(_noise_images(4), TransformImage(classification_transform(rgb32, train_augment=True)), seed=0)
+    dataset = MappedDataset(_noise_images(4), TransformImage(
+        classification_transform(resolve_input_config(rgb32), train_augment=True)), seed=0)
     states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
     a, b = dataset[(1, 2)][0], dataset[(1, 2)][0]
     assert torch.equal(a, b)
@@ -98,7 +116,7 @@ def test_augmented_train_loader_is_reproducible_per_epoch_across_workers(tmp_pat
     for split, count in (("train", 4), ("val", 1)):
         for label in ("a", "b"):
             (tmp_path / split / label).mkdir(parents=True)
-            for i, (image, _) in enumerate(_noise_images(count, seed=hash((split, label)) % 1000)):
+            for i, (image, _) in enumerate(_noise_images(count, seed=10 * count + ord(label))):
                 image.save(tmp_path / split / label / f"{i}.png")
 
     def epoch_batches(num_workers, epoch):
