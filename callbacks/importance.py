@@ -7,6 +7,7 @@ from typing import Any, Optional
 import pytorch_lightning as pl
 
 from snapvit_pl.elastic import ElasticScores
+from snapvit_pl.errors import ConfigError, DataError
 from snapvit_pl.lightning.pruning_module import PruningModule
 from snapvit_pl.lightning.resume import save_resume_state
 from snapvit_pl.scoring import LocalScores, Scorer, SSLFisher
@@ -37,6 +38,14 @@ class ImportanceCallback(pl.Callback):
         datamodule = trainer.datamodule
         if datamodule is not None:
             datamodule.configure_for_model(pl_module.backbone)
+            images = len(datamodule.dataset("train"))
+            if images == 0:
+                raise DataError("the pruning data set is empty; check data.init_args.root and max_samples")
+            if datamodule.batch_size > images:
+                raise ConfigError(
+                    f"data.batch_size {datamodule.batch_size} is larger than the {images} pruning images; "
+                    "lower data.init_args.batch_size or raise data.init_args.max_samples"
+                )
             if not self.scorer.requires_data:
                 datamodule.train_views = "plain"
             else:

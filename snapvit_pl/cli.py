@@ -169,8 +169,11 @@ def _train_cli(argv: list[str]):
 
     class TrainCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
+            import torch
+
             parser.link_arguments("model.model_name", "data.init_args.model_name")
-            parser.set_defaults({"trainer.max_epochs": 10})
+            # bf16 mixed precision when a GPU exists; fp32 on CPU (bf16 autocast is slow there).
+            parser.set_defaults({"trainer.max_epochs": 10, "trainer.precision": "bf16-mixed" if torch.cuda.is_available() else "32-true"})
 
     return TrainCLI(
         FinetuneModule, VisionDataModule, subclass_mode_data=True, args=argv, seed_everything_default=0,

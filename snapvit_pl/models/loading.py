@@ -21,8 +21,11 @@ class BackboneSpec:
     Args:
         model_name: a timm model name, with its pretrained tag, e.g. ``"vit_base_patch16_224.dino"``.
         pretrained: load the weights timm knows for ``model_name`` (from the hub or its cache).
-        checkpoint_path: a local weights file (``.safetensors``, ``.pth``, ``.bin``) loaded instead
-            of the hub weights, through timm's ``pretrained_cfg_overlay=dict(file=...)``.
+        checkpoint_path: a local weights file (``.safetensors``, ``.pth``, ``.bin``) holding the
+            complete state dict of this architecture (classifier head included), loaded strictly
+            by timm instead of the hub weights. For a hub-format file that needs timm's
+            adaptation (other head or channel count), set ``pretrained: true`` and
+            ``model_kwargs.pretrained_cfg_overlay: {file: ...}`` instead.
         model_kwargs: architecture overrides passed to ``timm.create_model``
             (e.g. ``img_size``, ``depth``, ``num_classes``); with ``pretrained=False`` and no
             checkpoint this gives a randomly initialised model, as the tests use.
@@ -95,20 +98,19 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
         path = resolve_path(spec.checkpoint_path)
         if not path.is_file():
             raise CheckpointError(f"checkpoint file not found: {path}; pass an existing weights file as checkpoint_path")
-        overlay = dict(kwargs.pop("pretrained_cfg_overlay", {}) or {}, file=str(path))
-        kwargs["pretrained_cfg_overlay"] = overlay
+        kwargs["checkpoint_path"] = str(path)  # timm loads it strictly, classifier head included
     try:
-        model = timm.create_model(spec.model_name, pretrained=spec.pretrained or spec.checkpoint_path is not None, **kwargs)
+        model = timm.create_model(spec.model_name, pretrained=spec.pretrained and spec.checkpoint_path is None, **kwargs)
     except TypeError as err:
         raise ConfigError(f"timm model '{spec.model_name}' does not accept these model_kwargs: {err}; fix model_kwargs") from err
     except (RuntimeError, OSError, ValueError, KeyError) as err:
         where = spec.checkpoint_path or f"the hub weights of {spec.model_name}"
         hint = (
-            "check that the file is a complete state dict for this architecture"
+            "check that the file is a complete state dict for this architecture (model_kwargs included)"
             if spec.checkpoint_path
             else "no network? download once and pass checkpoint_path, or set pretrained: false"
         )
-        raise CheckpointError(f"could not load {where}: {str(err).splitlines()[0][:300]}; {hint}") from err
+        raise CheckpointError(f"could not load {where}: {' '.join(str(err).split())[:300]}; {hint}") from err
     return model.eval()
 
 

@@ -8,7 +8,7 @@ import torch
 
 from snapvit_pl.cli import _prune_cli, prune_main
 from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT
-from snapvit_pl.models import count_params, load_backbone, load_pruned, BackboneSpec
+from snapvit_pl.models import BackboneSpec, count_params, fingerprint, load_backbone, load_pruned
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -58,6 +58,7 @@ def test_existing_results_are_not_overwritten(tiny_prune_args, tmp_path, capsys)
     ("--data.init_args.source=folder", "has no train/ and val/ folders"),
     ("--model.checkpoint_path=/nonexistent/weights.safetensors", "checkpoint file not found"),
     ("--model.model_kwargs={num_classes: 0}", "unsupported architecture ResNet"),
+    ("--data.init_args.batch_size=64", "is larger than the 48 pruning images"),
 ])
 def test_bad_input_exits_2_with_one_line(tiny_prune_args, tmp_path, override, message):
     (tmp_path / "empty").mkdir()
@@ -90,8 +91,16 @@ def test_invalid_configuration_names_the_key(tmp_path, override, key):
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "prune").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_prune_config_instantiates(config, tmp_path):
     cli, _ = _prune_cli([
-        "--config", str(config), "--out_dir", str(tmp_path / "run"), "--model.pretrained=false",
+        "--config", str(config), "--out_dir", str(tmp_path / "run"), "--model.pretrained=false", "--model.checkpoint_path=null",
         "--model.model_kwargs.depth=1", "--trainer.logger=false",
     ])
     assert cli.model.backbone is not None and cli.datamodule is not None
     assert {type(c).__name__ for c in cli.trainer.callbacks} >= {"ImportanceCallback", "SearchCallback", "ExportCallback", "ReportCallback"}
+
+
+def test_default_config_prunes_the_shipped_reference_model(tmp_path):
+    cli, _ = _prune_cli(["--config", str(ROOT / "configs" / "prune" / "demo.yaml"), "--out_dir", str(tmp_path / "run"),
+                         "--trainer.logger=false"])
+    reference, record = load_pruned(ROOT / "assets" / "reference_vit_fmnist")
+    assert cli.model.base_fingerprint == fingerprint(reference)
+    assert record["heads"] == [6] * 6 and record["extra"]["metrics"]["val/accuracy"] > 0.85
