@@ -122,6 +122,10 @@ class _Interrupted(KeyboardInterrupt):
     """Raised by the SIGTERM handler so Lightning shuts down as for Ctrl+C."""
 
 
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise _Interrupted()
+
+
 def prune_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``prune.py``; returns the exit status."""
     import signal
@@ -145,7 +149,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             restore_callbacks(cli.trainer, load_resume_state(resume_dir))
         else:
             write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_none=False))
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(_Interrupted()))
+        signal.signal(signal.SIGTERM, _raise_interrupted)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     except SnapViTError as err:
         if created and out_dir is not None and not (out_dir / RESUME_FILE).exists():
