@@ -1,7 +1,6 @@
 import copy
 
 import pytest
-import torch
 
 from families import FAMILIES, random_elastic_scores as _elastic
 from snapvit_pl.elastic import Budget, CostModel

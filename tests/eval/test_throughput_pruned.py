@@ -1,6 +1,5 @@
 import copy
 
-import torch
 
 from families import random_elastic_scores
 from snapvit_pl.elastic import ElasticViT

@@ -6,7 +6,7 @@ from safetensors.torch import save_file
 
 from families import FAMILIES, random_subnet
 from snapvit_pl.errors import CheckpointError, UnsupportedModelError
-from snapvit_pl.models import BackboneSpec, Subnet, fingerprint, load_backbone, load_pruned, prune_, save_pruned
+from snapvit_pl.models import BackboneSpec, fingerprint, load_backbone, load_pruned, prune_, save_pruned
 
 
 def _leftovers(directory):

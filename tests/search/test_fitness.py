@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from families import FAMILIES, random_elastic_scores
-from snapvit_pl.elastic import Budget
 from snapvit_pl.models import embed, load_backbone, prune_
 from snapvit_pl.search.fitness import EmbeddingFitness, PCAProjection
 
