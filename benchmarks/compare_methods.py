@@ -156,8 +156,7 @@ def search_coefficients(model: torch.nn.Module, dm: ClassificationDataModule, lo
     """xNES over the block/head coefficients, as ``SearchCallback`` runs it on one process."""
     s = settings.search
     mean = initial_coefficients(len(local.head_scores), local.heads_per_block, *s["initial_range"])
-    loader = dm.unlabeled_dataloader(views="plain", batch_size=s["batch_size"], max_samples=s["num_images"])
-    fitness = EmbeddingFitness(model, torch.cat(list(loader)), local, s["sparsity_pairs"], s["pca_components"], s["batch_size"])
+    fitness = EmbeddingFitness(model, dm.unlabeled_images(s["num_images"], s["batch_size"]), local, s["sparsity_pairs"], s["pca_components"], s["batch_size"])
     initial = fitness(mean)
     es = XNES(mean, sigma=s["sigma"], popsize=s["popsize"], seed=s["seed"])
     es.optimize(fitness, s["max_evaluations"])

@@ -206,8 +206,7 @@ def run(settings: Settings, scores: Optional[str], checkpoint: Path, out_prefix:
     started = time.perf_counter()
     data = build_data(model, METRICS, "fashion_mnist", "data", settings.knn_train, settings.knn_val, settings.eval_batch,
                       seed=settings.seed, cache=True)
-    calibration = torch.cat(list(dm.unlabeled_dataloader(views="plain", batch_size=settings.correction_batch,
-                                                         max_samples=settings.calibration_images)))
+    calibration = dm.unlabeled_images(settings.calibration_images, settings.correction_batch)
     data_s = time.perf_counter() - started
     log(f"data: {settings.knn_train}/{settings.knn_val} evaluation images, {len(calibration)} calibration images ({data_s:.1f}s)")
 

@@ -47,7 +47,7 @@ def main() -> None:
     model.eval()
     datamodule = ClassificationDataModule(source="fashion_mnist", seed=0)
     datamodule.configure_for_model(model)
-    images = torch.cat(list(datamodule.unlabeled_dataloader(views="plain", batch_size=500, max_samples=args.images)))
+    images = datamodule.unlabeled_images(args.images, batch_size=500)
     local = Magnitude()
     local.setup(model)
     scores = local.compute()

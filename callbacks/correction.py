@@ -37,9 +37,7 @@ class CorrectionCallback(pl.Callback):
 
     def _calibration_images(self, pl_module: PruningModule) -> torch.Tensor:
         if self._images is None:
-            loader = pl_module.trainer.datamodule.unlabeled_dataloader(
-                views="plain", batch_size=self.batch_size, max_samples=self.num_samples)
-            self._images = torch.cat(list(loader))
+            self._images = pl_module.trainer.datamodule.unlabeled_images(self.num_samples, self.batch_size)
         self._images = self._images.to(next(pl_module.backbone.parameters()).device)
         return self._images
 

@@ -9,7 +9,6 @@ import torch
 from tqdm.auto import tqdm
 
 from snapvit_pl.elastic import initial_coefficients
-from snapvit_pl.errors import DataError
 from snapvit_pl.lightning.pruning_module import PruningModule
 from snapvit_pl.lightning.resume import save_resume_state
 from snapvit_pl.search import XNES
@@ -64,11 +63,7 @@ class SearchCallback(pl.Callback):
         return {k: getattr(self, k) for k in keys}
 
     def _images(self, trainer: pl.Trainer, device: torch.device) -> torch.Tensor:
-        loader = trainer.datamodule.unlabeled_dataloader(views="plain", batch_size=self.batch_size, max_samples=self.num_images)
-        images = torch.cat([batch[0] if isinstance(batch, (list, tuple)) else batch for batch in loader])
-        if images.shape[0] == 0:
-            raise DataError("the pruning data set is empty: the search needs images; check data.root / max_samples")
-        return images.to(device)
+        return trainer.datamodule.unlabeled_images(self.num_images, self.batch_size).to(device)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         started = time.perf_counter()

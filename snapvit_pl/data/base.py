@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from abc import ABCMeta, abstractmethod
 import random
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -232,7 +233,7 @@ def find_timm_model(module: nn.Module) -> Optional[nn.Module]:
     return next((m for m in module.modules() if hasattr(m, "pretrained_cfg") or hasattr(m, "patch_embed")), None)
 
 
-class VisionDataModule(pl.LightningDataModule):
+class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
     """Base of the classification and segmentation DataModules (see their docstrings for the args).
 
     Subclasses implement ``_build_split(split)`` (untransformed (PIL image, target) dataset),
@@ -384,6 +385,18 @@ class VisionDataModule(pl.LightningDataModule):
         """
         return self._loader(self.labeled_dataset(split, max_samples), shuffle, batch_size)
 
+    def unlabeled_images(self, max_samples: Optional[int] = None, batch_size: Optional[int] = None) -> torch.Tensor:
+        """Plain views of a fixed train subset stacked into one ``[N, C, H, W]`` tensor (search
+        fitness images, calibration images).
+
+        Raises:
+            DataError: the subset is empty.
+        """
+        images = [batch for batch in self.unlabeled_dataloader("plain", batch_size, max_samples)]
+        if not images:
+            raise DataError("the pruning data set is empty; check data.init_args.root and max_samples")
+        return torch.cat(images)
+
     def train_dataloader(self) -> DataLoader:
         if self.train_views != "labeled":
             return self.unlabeled_dataloader(self.train_views, shuffle=True)
@@ -410,14 +423,18 @@ class VisionDataModule(pl.LightningDataModule):
         )
 
     # -- subclass interface -----------------------------------------------------------------
+    @abstractmethod
     def _build_split(self, split: str) -> Dataset:
-        raise NotImplementedError
+        """Untransformed (PIL image, target) dataset of ``split``."""
 
+    @abstractmethod
     def _sample_files(self, dataset: Dataset) -> Optional[Callable[[int], Sequence[str]]]:
-        raise NotImplementedError
+        """index -> files of that sample (for ``skip_corrupt``), or None when not file-backed."""
 
+    @abstractmethod
     def _labeled_fn(self, split: str) -> Callable:
-        raise NotImplementedError
+        """(image, target) -> transformed (image, target) for ``split``."""
 
+    @abstractmethod
     def _plain_transform(self) -> Callable:
-        raise NotImplementedError
+        """image -> plain eval view [C, H, W]."""

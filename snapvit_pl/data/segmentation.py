@@ -137,25 +137,9 @@ class SegmentationDataModule(VisionDataModule):
         reduce_zero_label: bool = False,
         canvas_size: int = 56,
         max_items: int = 4,
-        batch_size: int = 64,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        seed: int = 0,
-        max_samples: Optional[int] = None,
-        skip_corrupt: bool = False,
-        train_augment: bool = False,
-        train_views: Literal["labeled", "plain", "multicrop"] = "labeled",
-        model_name: Optional[str] = None,
-        data_config: Optional[dict[str, Any]] = None,
-        n_global_views: int = 2,
-        n_local_views: int = 10,
-        global_crop_scale: tuple[float, float] = (0.25, 1.0),
-        local_crop_scale: tuple[float, float] = (0.05, 0.25),
-        multicrop_color_jitter: float = 0.0,
+        **kwargs: Any,
     ):
-        super().__init__(root, download, batch_size, num_workers, pin_memory, seed, max_samples, skip_corrupt,
-                         train_augment, train_views, model_name, data_config, n_global_views, n_local_views,
-                         global_crop_scale, local_crop_scale, multicrop_color_jitter)
+        super().__init__(root=root, download=download, **kwargs)
         self.save_hyperparameters()
         if source not in ("ade20k", "voc", "folder", "fashion_mnist"):
             raise DataError(f"unknown segmentation source {source!r}; use ade20k, voc, folder or fashion_mnist")

@@ -86,22 +86,20 @@ class CostModel:
         self.neuron_flops = [m / n for m, n in zip(mlp, self.num_neurons)]
 
     def params(self, subnet: Subnet) -> int:
+        return self._cost(subnet, self.dense_params, self.head_params, self.neuron_params)
+
+    def flops(self, subnet: Subnet) -> int:
+        return self._cost(subnet, self.dense_flops, self.head_flops, self.neuron_flops)
+
+    def _cost(self, subnet: Subnet, dense: int, per_head: list[float], per_neuron: list[float]) -> int:
+        """Dense cost minus what each removed head and neuron owned."""
         removed = sum(
             (H - h) * ph + (N - n) * pn
             for H, h, ph, N, n, pn in zip(
-                self.num_heads, subnet.head_counts, self.head_params, self.num_neurons, subnet.neuron_counts, self.neuron_params
+                self.num_heads, subnet.head_counts, per_head, self.num_neurons, subnet.neuron_counts, per_neuron
             )
         )
-        return int(round(self.dense_params - removed))
-
-    def flops(self, subnet: Subnet) -> int:
-        removed = sum(
-            (H - h) * fh + (N - n) * fn
-            for H, h, fh, N, n, fn in zip(
-                self.num_heads, subnet.head_counts, self.head_flops, self.num_neurons, subnet.neuron_counts, self.neuron_flops
-            )
-        )
-        return int(round(self.dense_flops - removed))
+        return int(round(dense - removed))
 
     def max_unit_cost(self, metric: str) -> float:
         """Cost of the most expensive single unit (the resolution a budget can be met with)."""

@@ -16,6 +16,7 @@ model references and accumulators are run-time state; use ``state_dict`` to resu
 from __future__ import annotations
 
 import inspect
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -96,7 +97,7 @@ class LocalScores:
 
 
 # -- the interface -----------------------------------------------------------------------------
-class Scorer:
+class Scorer(ABC):
     """Base class of all scorers (see the module docstring for the call order).
 
     Attributes:
@@ -126,8 +127,9 @@ class Scorer:
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
         """Sum the accumulators over processes (call once, on every process, before ``compute``)."""
 
+    @abstractmethod
     def compute(self) -> LocalScores:
-        raise NotImplementedError
+        """The local scores from everything seen so far."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}

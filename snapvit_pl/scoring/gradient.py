@@ -26,6 +26,7 @@ Reductions of the Fisher scorers (``g_b`` = gradient of batch ``b``'s mean loss)
 from __future__ import annotations
 
 import copy
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional
 
@@ -137,9 +138,9 @@ class GradientScorer(Scorer):
                                  samples)
         return {"loss": loss_value}
 
+    @abstractmethod
     def _loss(self, images: Tensor, labels: Optional[Tensor]) -> tuple[Tensor, int]:
         """(mean loss over the batch's samples, number of samples)."""
-        raise NotImplementedError
 
     def _check_finite(self, loss: Tensor, grads: tuple[Tensor, ...]) -> float:
         """The loss as a float; one device sync for the loss and all the finiteness flags."""

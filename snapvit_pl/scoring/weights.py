@@ -1,6 +1,7 @@
 """Data-free scorers: weight magnitude, LAMP and seeded random scores (baselines)."""
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any
 
 import torch
@@ -23,14 +24,19 @@ class _DataFree(Scorer):
         if state.get("scorer") != self.name:
             raise CheckpointError(f"scorer state of {state.get('scorer')} cannot resume {self.name}")
 
+
+class _WeightScorer(_DataFree):
+    """Scores each unit from its weight rows (q, k, v rows for heads; fc1 rows for neurons)."""
+
     @torch.no_grad()
     def compute(self) -> LocalScores:
         self._require_setup()
         return LocalScores([self._score(b.heads, head_rows(b.heads, "qkv")) for b in self.blocks],
                            [self._score(b.neurons, neuron_rows(b.neurons)) for b in self.blocks])
 
+    @abstractmethod
     def _score(self, group: UnitGroup, rows: list[Rows]) -> Tensor:
-        raise NotImplementedError
+        """One score per unit of ``group`` from its weight ``rows``."""
 
 
 def _powered(group: UnitGroup, rows: list[Rows], p: float) -> Tensor:
@@ -38,7 +44,7 @@ def _powered(group: UnitGroup, rows: list[Rows], p: float) -> Tensor:
     return unit_sum([r.view(r.weight.detach(), group).double().abs().pow(p) for r in rows])
 
 
-class Magnitude(_DataFree):
+class Magnitude(_WeightScorer):
     """p-norm of each unit's input weights.
 
     A neuron's rows are its ``fc1`` row(s) (both halves of a gated MLP); a head's rows are its
@@ -69,7 +75,7 @@ def lamp(squared_magnitudes: Tensor) -> Tensor:
     return m2 / descending.cumsum(0)[at_least - 1].clamp_min(torch.finfo(torch.float64).tiny)
 
 
-class LAMP(_DataFree):
+class LAMP(_WeightScorer):
     """LAMP (Lee et al. 2021) on the structured units' squared L2 magnitudes, per block.
 
     Rows as in :class:`Magnitude`; within each block's heads (and each block's neurons),

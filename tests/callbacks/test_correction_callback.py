@@ -14,11 +14,9 @@ class FakeDataModule:
     def __init__(self):
         self.calls = 0
 
-    def unlabeled_dataloader(self, views, batch_size, max_samples):
-        assert views == "plain"
+    def unlabeled_images(self, max_samples, batch_size):
         self.calls += 1
-        images = torch.randn(max_samples, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-        return list(images.split(batch_size))
+        return torch.randn(max_samples, 3, 32, 32, generator=torch.Generator().manual_seed(0))
 
 
 def test_hook_replaces_the_model_by_the_corrected_dense_copy():

@@ -131,3 +131,16 @@ def test_augmented_train_loader_is_reproducible_per_epoch_across_workers(tmp_pat
     epoch1 = epoch_batches(0, 1)
     assert torch.equal(epoch1, epoch_batches(1, 1))  # same images whatever the worker setup
     assert not torch.equal(epoch1, epoch_batches(0, 0))
+
+
+def test_unlabeled_images_stacks_a_fixed_subset_and_rejects_empty_data(tmp_path):
+    from snapvit_pl.data import ClassificationDataModule
+    from snapvit_pl.errors import DataError
+
+    dm = ClassificationDataModule(source="fashion_mnist", seed=0)
+    dm.configure_for_model({"input_size": (1, 28, 28), "mean": (0.5,), "std": (0.5,)})
+    images = dm.unlabeled_images(max_samples=20, batch_size=8)
+    assert images.shape == (20, 1, 28, 28)
+    assert torch.equal(images, dm.unlabeled_images(max_samples=20, batch_size=5))
+    with pytest.raises(DataError, match="empty"):
+        dm.unlabeled_images(max_samples=0)
