@@ -74,7 +74,7 @@ class Settings:
     min_mlp_keep: float = 0.05
     min_head_keep: float = 0.2
     knn_train: int = 10000
-    knn_val: int = 2000
+    knn_val: int = 5000
     knn_k: int = 20
     seg_train: int = 500
     seg_val: int = 200
@@ -329,7 +329,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{settings['search']['pca_components']}; baselines and ssl_fisher use "
         f"{'the initial coefficients linspace(1.2, 0.8)' if settings['baseline_coefficients'] == 'initial' else 'local scores alone'}. "
         f"k-NN (k={settings['knn_k']}) and linear probe on {settings['knn_train']} balanced train / {val_n} val images; "
-        f"own head on the same val images; segmentation probe on {settings['seg_train']}/{settings['seg_val']} canvases, "
+        f"own head on the same val images; segmentation probe on {settings['seg_train']}/{settings['seg_val']} Fashion-MNIST "
+        f"canvases (SegmentationDataModule defaults: for a 28-px model one item per 28-px canvas, at native resolution), "
         f"{settings['seg_epochs']} epochs. Throughput: batch {settings['throughput_batch']}, CPU, median of "
         f"{settings['throughput_repeats']} forwards (other load on the machine makes it noisy).",
         "",
@@ -464,7 +465,7 @@ def main() -> None:
                         help="coefficients of the methods without search: the search's initial mean (as prune.py with "
                              "max_evaluations 0; default) or none (local scores alone)")
     parser.add_argument("--knn-train", type=int, default=None, help="k-NN memory / probe train images (default 10000)")
-    parser.add_argument("--knn-val", type=int, default=None, help="scored val images (default 2000)")
+    parser.add_argument("--knn-val", type=int, default=None, help="scored val images (default 5000)")
     parser.add_argument("--evaluations", type=int, default=None, help="xNES evaluations of ours (default: demo.yaml's, 50)")
     parser.add_argument("--model", default=str(REFERENCE),
                         help="the dense model, a pruned-checkpoint directory (default assets/reference_vit_fmnist; if missing, "

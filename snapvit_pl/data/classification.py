@@ -13,7 +13,7 @@ from torchvision.datasets import ImageFolder
 
 from snapvit_pl.data.base import TransformImage, VisionDataModule, dataset_targets, read_image
 from snapvit_pl.data.fashion_mnist import FashionMNIST, download_fashion_mnist
-from snapvit_pl.data.transforms import classification_transform
+from snapvit_pl.data.transforms import check_augment_args, classification_transform
 from snapvit_pl.errors import DataError
 
 FOLDER_LAYOUT = ("root/train/<class>/<image> and root/val/<class>/<image>, "
@@ -59,6 +59,9 @@ class ClassificationDataModule(VisionDataModule):
         max_samples: per split, a seeded class-balanced subset of this size (None: all).
         skip_corrupt: skip (and list in ``skipped``) unreadable image files instead of failing.
         train_augment: timm's training augmentation on the train split.
+        train_augment_args: keyword arguments of ``timm.data.create_transform`` for that
+            augmentation (scale, ratio, hflip, color_jitter, auto_augment, re_prob, ...);
+            timm's ImageNet defaults where not given.
         train_views: what train_dataloader yields: "labeled" (image, label), or unlabeled
             "plain" / "multicrop" views for pruning.
         model_name: timm model name whose pretrained_cfg gives the data config.
@@ -77,11 +80,15 @@ class ClassificationDataModule(VisionDataModule):
         root: str = "data",
         download: bool = False,
         val_split: Optional[float] = None,
+        train_augment_args: Optional[dict[str, Any]] = None,
         **kwargs: Any,
     ):
         super().__init__(root=root, download=download, **kwargs)
         self.save_hyperparameters()
         self.source, self.val_split = source.lower(), val_split
+        self.train_augment_args = dict(train_augment_args or {})
+        if self.train_augment_args:
+            check_augment_args(self.train_augment_args)
         if self.source not in ("folder", *_FASHION_MNIST_NAMES):
             torchvision_dataset_class(self.source)  # fail fast on an unknown name
 
@@ -160,7 +167,8 @@ class ClassificationDataModule(VisionDataModule):
 
     def _labeled_fn(self, split: str) -> Callable:
         augment = self.train_augment and split == "train"
-        return TransformImage(classification_transform(self.input_config, train_augment=augment))
+        augment_args = self.train_augment_args if augment else {}
+        return TransformImage(classification_transform(self.input_config, train_augment=augment, **augment_args))
 
     def _plain_transform(self) -> Callable:
         return classification_transform(self.input_config)

@@ -123,6 +123,7 @@ class FashionMNISTSegmentation(Dataset):
     """
 
     classes = ["background"] + FASHION_MNIST_CLASSES
+    item_size = 28
 
     def __init__(self, items: FashionMNIST, canvas_size: int = 56, max_items: int = 4, seed: int = 0):
         item_size = items.data.shape[-1]

@@ -121,8 +121,11 @@ class SegmentationDataModule(VisionDataModule):
         num_classes: number of classes of a "folder" source.
         ignore_index: ignore value of a "folder" source (fixed to 255 for the others).
         reduce_zero_label: for a "folder" source with ADE20K-style masks (0 = ignore).
-        canvas_size: Fashion-MNIST canvas side in pixels (items are 28x28).
-        max_items: most Fashion-MNIST items per canvas (at least 1).
+        canvas_size: Fashion-MNIST canvas side in pixels (items are 28x28). None: the model's
+            input side clipped to [28, 56], so a small model sees items at their native
+            resolution and a large one 56-px canvases resized to its input.
+        max_items: most Fashion-MNIST items per canvas (at least 1). None: 4 on canvases of
+            56 px and more, else 1 (items would mostly cover each other).
         train_augment: RandomResizedCrop(0.5-1) + horizontal flip on the train split.
         Other args: as ClassificationDataModule.
     """
@@ -135,8 +138,8 @@ class SegmentationDataModule(VisionDataModule):
         num_classes: Optional[int] = None,
         ignore_index: int = 255,
         reduce_zero_label: bool = False,
-        canvas_size: int = 56,
-        max_items: int = 4,
+        canvas_size: Optional[int] = None,
+        max_items: Optional[int] = None,
         **kwargs: Any,
     ):
         super().__init__(root=root, download=download, **kwargs)
@@ -157,6 +160,13 @@ class SegmentationDataModule(VisionDataModule):
             raise DataError("a 'folder' segmentation source needs num_classes; set num_classes in the data config")
         return self._num_classes
 
+    def canvas_layout(self) -> tuple[int, int]:
+        """(canvas_size, max_items) of the Fashion-MNIST canvases, defaults resolved from the model input."""
+        item = FashionMNISTSegmentation.item_size
+        canvas_size = self.canvas_size or min(2 * item, max(item, min(self.input_config["input_size"][1:])))
+        max_items = self.max_items or (4 if canvas_size >= 2 * item else 1)
+        return canvas_size, max_items
+
     def prepare_data(self) -> None:
         """Download (rank 0 only) VOC or Fashion-MNIST when ``download`` is set."""
         if self.download and self.source == "voc":
@@ -166,8 +176,8 @@ class SegmentationDataModule(VisionDataModule):
 
     def _build_split(self, split: str) -> Dataset:
         if self.source == "fashion_mnist":
-            return FashionMNISTSegmentation(FashionMNIST(self.root, split), self.canvas_size, self.max_items,
-                                            self.seed)
+            canvas_size, max_items = self.canvas_layout()
+            return FashionMNISTSegmentation(FashionMNIST(self.root, split), canvas_size, max_items, self.seed)
         if self.source == "ade20k":
             return SegmentationPairs(ade20k_pairs(self.root, split), reduce_zero_label=True)
         if self.source == "voc":

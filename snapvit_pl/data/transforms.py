@@ -2,6 +2,7 @@
 image/mask transforms for segmentation."""
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
@@ -111,16 +112,35 @@ class ConvertChannels:
         return image if image.mode == self.mode else image.convert(self.mode)
 
 
-def classification_transform(config: Mapping[str, Any], train_augment: bool = False) -> T.Compose:
+_RESERVED_AUGMENT_ARGS = ("input_size", "is_training", "interpolation", "mean", "std", "crop_pct", "crop_mode")
+
+
+def check_augment_args(augment_args: Mapping[str, Any]) -> None:
+    """Raise DataError unless every key is a ``timm.data.create_transform`` argument that the
+    data config does not already set."""
+    accepted = set(inspect.signature(create_transform).parameters) - set(_RESERVED_AUGMENT_ARGS)
+    unknown = sorted(set(augment_args) - accepted)
+    if unknown:
+        raise DataError(f"train_augment_args has unknown keys {unknown}; use arguments of "
+                        f"timm.data.create_transform other than the data config's, e.g. scale, ratio, hflip, "
+                        f"color_jitter, auto_augment, re_prob")
+
+
+def classification_transform(config: Mapping[str, Any], train_augment: bool = False,
+                             **augment_args: Any) -> T.Compose:
     """timm's eval (or train) transform for a data config, after the channel conversion.
 
     Args:
         config: output of resolve_input_config.
         train_augment: timm's training augmentation instead of resize + center crop.
+        augment_args: further ``timm.data.create_transform`` arguments for the training
+            augmentation (scale, ratio, hflip, color_jitter, ...).
     """
+    check_augment_args(augment_args)
     timm_transform = create_transform(
         input_size=config["input_size"], is_training=train_augment, interpolation=config["interpolation"],
         mean=config["mean"], std=config["std"], crop_pct=config["crop_pct"], crop_mode=config["crop_mode"],
+        **augment_args,
     )
     return T.Compose([ConvertChannels(config["input_size"][0]), timm_transform])
 

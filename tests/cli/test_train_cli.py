@@ -31,6 +31,18 @@ def test_train_dense_model_from_scratch_saves_loadable_checkpoint(tmp_path):
     assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
 
+def test_polish_stage_continues_from_the_first_stage(tmp_path):
+    """The reference recipe's second stage (configs/train/reference_fmnist_polish.yaml) starts from stage 1's model."""
+    assert train_main(["fit", "--config", CONFIG, *TINY, *_quick(tmp_path / "stage1")]) == 0
+    polish = str(ROOT / "configs" / "train" / "reference_fmnist_polish.yaml")
+    assert train_main(["fit", "--config", polish, f"--model.checkpoint={tmp_path / 'stage1' / 'model'}",
+                       *_quick(tmp_path / "stage2")]) == 0
+    first, _ = load_pruned(tmp_path / "stage1" / "model")
+    second, record = load_pruned(tmp_path / "stage2" / "model")
+    assert record["extra"]["trained_from"] == str(tmp_path / "stage1" / "model") and record["heads"] == [4, 4]
+    assert any(not torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+
+
 def test_finetune_pruned_checkpoint_with_distillation(tmp_path):
     spec = BackboneSpec("vit_tiny_patch16_224", False, None, {
         "img_size": 28, "patch_size": 4, "in_chans": 1, "embed_dim": 32, "depth": 2, "num_heads": 4, "num_classes": 10,

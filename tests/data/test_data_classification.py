@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from PIL import Image
 from torch.utils.data import DistributedSampler
 
 from snapvit_pl.data import ClassificationDataModule, DataError
@@ -207,3 +208,19 @@ def test_skip_corrupt_skips_and_counts(classification_tree, rgb32):
     sub = ClassificationDataModule("folder", str(classification_tree), skip_corrupt=True, max_samples=12)
     chosen = sub.dataset("train")
     assert Counter(chosen.dataset.targets[i] for i in chosen.indices) == {0: 4, 1: 4, 2: 4}
+
+
+def test_train_augment_args_reach_timm(tmp_path, rgb32):
+    for name in ("a", "b"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+        gradient = np.tile(np.linspace(0, 255, 32, dtype=np.uint8)[None, :, None], (32, 1, 3))  # dark left, bright right
+        Image.fromarray(gradient).save(tmp_path / "train" / name / "x.png")
+    (tmp_path / "val").symlink_to(tmp_path / "train")
+    args = {"scale": (1.0, 1.0), "ratio": (1.0, 1.0), "hflip": 1.0, "color_jitter": 0.0}
+    dm = ClassificationDataModule("folder", str(tmp_path), data_config=rgb32, train_augment=True, train_augment_args=args)
+    augmented, plain = dm.labeled_dataset("train")[0][0], dm.labeled_dataset("val")[0][0]
+    assert torch.equal(augmented, plain.flip(-1)) and not torch.equal(augmented, plain)
+    with pytest.raises(DataError, match=r"unknown keys \['scal'\].*scale, ratio, hflip"):
+        ClassificationDataModule("folder", str(tmp_path), train_augment_args={"scal": (0.5, 1.0)})
+    with pytest.raises(DataError, match=r"unknown keys \['mean'\]"):  # set by the data config, not here
+        ClassificationDataModule("folder", str(tmp_path), train_augment_args={"mean": (0.5,)})

@@ -114,7 +114,7 @@ def test_fashion_mnist_masks_align_with_items(fashion_mnist_dir):
 
 def test_fashion_mnist_segmentation_is_deterministic(fashion_mnist_dir, tiny_vit):
     def sample(seed, index=5):
-        dm = SegmentationDataModule("fashion_mnist", seed=seed)
+        dm = SegmentationDataModule("fashion_mnist", seed=seed, canvas_size=56)
         dm.configure_for_model(tiny_vit)
         return dm.labeled_dataset("train")[index]
 
@@ -123,6 +123,18 @@ def test_fashion_mnist_segmentation_is_deterministic(fashion_mnist_dir, tiny_vit
     assert torch.equal(image, again_image) and torch.equal(mask, again_mask)
     assert not torch.equal(mask, sample(1)[1])
     assert image.shape == (1, 28, 28) and mask.shape == (28, 28) and int(mask.max()) <= 10
+
+
+@pytest.mark.parametrize("side, given, expected", [
+    (28, (None, None), (28, 1)),  # a 28-px model sees items at native resolution, one per canvas
+    (40, (None, None), (40, 1)),
+    (224, (None, None), (56, 4)),  # larger models: 56-px canvases resized to the input
+    (28, (84, 2), (84, 2)),  # explicit values win
+])
+def test_fashion_mnist_canvas_defaults_follow_the_model_input(side, given, expected):
+    dm = SegmentationDataModule("fashion_mnist", data_config={"input_size": (1, side, side)},
+                                canvas_size=given[0], max_items=given[1])
+    assert dm.canvas_layout() == expected
 
 
 def test_fashion_mnist_segmentation_splits(fashion_mnist_dir):

@@ -1,0 +1,89 @@
+"""Measured CPU speedup of pruned models against their FLOPs reduction (issue goal: >= 0.9x). Not run in CI.
+
+    python benchmarks/throughput.py --run runs/prune/<timestamp> [--threads 1,2] [--rounds 7]
+
+CPU timings on a shared machine drift by 10-20% within minutes, which is larger than the effect
+measured. So the dense model and every pruned model of the run are timed in alternating rounds
+(each round times every model once, in a rotated order), the speedup is taken per round against
+that round's dense time, and the median over rounds is reported.
+Writes ``benchmarks/results/throughput.{md,json}``.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from snapvit_pl.eval import measure_throughput  # noqa: E402
+from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
+from snapvit_pl.models import count_flops, input_shape, load_pruned  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, help="a prune.py run directory (its models/ are timed)")
+    parser.add_argument("--dense", default=str(ROOT / "assets" / "reference_vit_fmnist"), help="the dense checkpoint")
+    parser.add_argument("--threads", default="1,2", help="torch thread counts to measure")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=10, help="timed forwards per model and round (median)")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "throughput"))
+    args = parser.parse_args()
+    model_dirs = sorted(p for p in (Path(args.run) / "models").iterdir() if (p / "architecture.json").is_file())
+    if not model_dirs:
+        raise SystemExit(f"error: {args.run}/models has no pruned checkpoints; give a prune.py run directory")
+    models = {"dense": load_pruned(args.dense)[0].eval(), **{p.name: load_pruned(p)[0].eval() for p in model_dirs}}
+    flops = {name: count_flops(m) for name, m in models.items()}
+    shape = input_shape(models["dense"])
+    started = time.perf_counter()
+    results: dict[str, dict] = {}
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        names = list(models)
+        per_round: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                measured = measure_throughput(models[name], shape, args.batch_size, warmup=2, repeats=args.repeats, device="cpu")
+                per_round[name].append(measured.images_per_second)
+        results[str(threads)] = {
+            name: {"flops_reduction": flops["dense"] / flops[name],
+                   "images_per_s": statistics.median(per_round[name]),
+                   "speedup": statistics.median(a / d for a, d in zip(per_round[name], per_round["dense"])),
+                   "speedup_min": min(a / d for a, d in zip(per_round[name], per_round["dense"])),
+                   "speedup_max": max(a / d for a, d in zip(per_round[name], per_round["dense"]))}
+            for name in names
+        }
+        print(f"{threads} thread(s): " + ", ".join(f"{n} {v['speedup']:.2f}x/{v['flops_reduction']:.2f}x"
+                                                  for n, v in results[str(threads)].items()), flush=True)
+    report = {"benchmark": "benchmarks/throughput.py", "run": args.run, "batch_size": args.batch_size, "rounds": args.rounds,
+              "repeats": args.repeats, "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%d %H:%M"), "total_s": round(time.perf_counter() - started, 1), "threads": results}
+    lines = ["# Measured CPU speedup vs FLOPs reduction", "",
+             f"`python benchmarks/throughput.py --run {args.run}`, {report['date']}, {report['cpu']}, batch {args.batch_size}, "
+             f"{args.rounds} alternating rounds x {args.repeats} timed forwards per model ({report['total_s']:.0f} s). Speedup = "
+             "median over rounds of (pruned images/s) / (dense images/s in the same round); min-max over rounds in brackets; "
+             "efficiency = speedup / FLOPs reduction (goal >= 0.90).", ""]
+    for threads, rows in results.items():
+        lines += [f"## {threads} torch thread(s)", "", "| model | FLOPs reduction | images/s | speedup | efficiency |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| {name} | {v['flops_reduction']:.2f}x | {v['images_per_s']:.0f} | {v['speedup']:.2f}x "
+                  f"({v['speedup_min']:.2f}-{v['speedup_max']:.2f}) | {v['speedup'] / v['flops_reduction']:.2f} |"
+                  for name, v in rows.items()]
+        lines.append("")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(Path(args.out).with_suffix(".json"), report)
+    write_text_atomic(Path(args.out).with_suffix(".md"), "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
