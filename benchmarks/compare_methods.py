@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 import yaml
@@ -151,20 +151,34 @@ def local_scores(name: str, model: torch.nn.Module, dm: ClassificationDataModule
     return scorer.compute()
 
 
+def search_snapshots(model: torch.nn.Module, dm: ClassificationDataModule, local: ElasticScores, search: dict[str, Any],
+                     budgets: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """xNES over the block/head coefficients, as ``SearchCallback`` runs it on one process, continued up to each
+    evaluation budget in turn. Per budget: the best coefficients so far (the initial ones unless beaten) and stats.
+    A generation in progress at an intermediate budget is cut short there (as ``XNES.optimize`` does)."""
+    mean = initial_coefficients(len(local.head_scores), local.heads_per_block, *search["initial_range"])
+    fitness = EmbeddingFitness(model, dm.unlabeled_images(search["num_images"], search["batch_size"]), local,
+                               search["sparsity_pairs"], search["pca_components"], search["batch_size"])
+    initial = fitness(mean)
+    es = XNES(mean, sigma=search["sigma"], popsize=search["popsize"], seed=search["seed"])
+    snapshots = {}
+    for budget in sorted(budgets):
+        es.optimize(fitness, budget)
+        improved = es.best_x is not None and es.best_fitness < initial
+        snapshots[budget] = {
+            "coefficients": (es.best_x if improved else mean).float(), "evaluations": es.evaluations,
+            "initial_fitness": initial, "best_fitness": min(es.best_fitness, initial), "improved_on_initial": improved,
+            "forward_s": round(fitness.forward_seconds, 3),
+        }
+    return snapshots
+
+
 def search_coefficients(model: torch.nn.Module, dm: ClassificationDataModule, local: ElasticScores,
                         settings: Settings) -> tuple[torch.Tensor, dict[str, Any]]:
-    """xNES over the block/head coefficients, as ``SearchCallback`` runs it on one process."""
-    s = settings.search
-    mean = initial_coefficients(len(local.head_scores), local.heads_per_block, *s["initial_range"])
-    fitness = EmbeddingFitness(model, dm.unlabeled_images(s["num_images"], s["batch_size"]), local, s["sparsity_pairs"], s["pca_components"], s["batch_size"])
-    initial = fitness(mean)
-    es = XNES(mean, sigma=s["sigma"], popsize=s["popsize"], seed=s["seed"])
-    es.optimize(fitness, s["max_evaluations"])
-    improved = es.best_x is not None and es.best_fitness < initial
-    return (es.best_x if improved else mean).float(), {
-        "evaluations": es.evaluations, "initial_fitness": initial, "best_fitness": min(es.best_fitness, initial),
-        "improved_on_initial": improved, "forward_s": round(fitness.forward_seconds, 3),
-    }
+    """xNES with the settings' evaluation budget: (coefficients, search stats)."""
+    snapshot = search_snapshots(model, dm, local, settings.search, [settings.search["max_evaluations"]])
+    stats = snapshot.popitem()[1]
+    return stats.pop("coefficients"), stats
 
 
 def subnet_key(subnet) -> tuple:

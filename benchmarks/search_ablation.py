@@ -27,34 +27,16 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.compare_methods import (  # noqa: E402
     PAIRS, REFERENCE, RESULTS, Progress, Settings, load_reference, local_scores, machine_info, round_floats,
+    search_snapshots,
 )
 from snapvit_pl.data import ClassificationDataModule  # noqa: E402
 from snapvit_pl.elastic import Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
 from snapvit_pl.evaluate import build_data, evaluate_model  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint, prune_  # noqa: E402
-from snapvit_pl.search import XNES  # noqa: E402
-from snapvit_pl.search.fitness import EmbeddingFitness  # noqa: E402
 
 METRICS = ["knn", "linear", "head"]
 REPORTED = [("knn_top1", "k-NN"), ("linear_top1", "linear"), ("head_top1", "head")]
-
-
-def snapshots_of_search(model, dm, local: ElasticScores, search: dict[str, Any], checkpoints: list[int],
-                        log) -> dict[int, dict[str, Any]]:
-    """Best coefficients (and their fitness) after each number of evaluations in ``checkpoints``."""
-    mean = initial_coefficients(len(local.head_scores), local.heads_per_block, *search["initial_range"])
-    fitness = EmbeddingFitness(model, dm.unlabeled_images(search["num_images"], search["batch_size"]), local,
-                               search["sparsity_pairs"], search["pca_components"], search["batch_size"])
-    initial = fitness(mean)
-    es = XNES(mean, sigma=search["sigma"], popsize=search["popsize"], seed=search["seed"])
-    out = {0: {"coefficients": mean.float(), "fitness": initial}}
-    for budget in sorted(c for c in checkpoints if c > 0):
-        es.optimize(fitness, budget)
-        improved = es.best_x is not None and es.best_fitness < initial
-        out[budget] = {"coefficients": (es.best_x if improved else mean).float(), "fitness": min(es.best_fitness, initial)}
-        log(f"  {budget} evaluations: fitness {initial:.4f} -> {out[budget]['fitness']:.4f}")
-    return out
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,12 +71,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log(f"ssl_fisher reduction={reduction}: local scores done; xNES snapshots at {checkpoints}")
         for i, sigma in enumerate(float(s) for s in args.sigmas.split(",")):
             search = dict(settings.search, sigma=sigma)
-            for evaluations, snapshot in snapshots_of_search(model, dm, local, search, checkpoints, log).items():
+            for evaluations, snapshot in search_snapshots(model, dm, local, search, checkpoints).items():
                 if evaluations == 0 and i > 0:
                     continue  # the initial coefficients do not depend on sigma
+                log(f"  sigma {sigma}, {evaluations} evaluations: fitness {snapshot['initial_fitness']:.4f} -> "
+                    f"{snapshot['best_fitness']:.4f}")
                 local.coefficients = snapshot["coefficients"]
                 evaluate_at("ssl_fisher", local, {"reduction": reduction, "sigma": sigma if evaluations else None,
-                                                  "evaluations": evaluations, "fitness": snapshot["fitness"]})
+                                                  "evaluations": evaluations, "fitness": snapshot["best_fitness"]})
     for baseline in ([] if args.quick else args.baselines.split(",")):
         scores = local_scores(baseline, model, dm, settings)
         local = ElasticScores(scores.heads, scores.neurons, initial, base, base_fingerprint, settings.min_mlp_keep, settings.min_head_keep)

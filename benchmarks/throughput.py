@@ -54,14 +54,12 @@ def main() -> None:
             for name in order:
                 measured = measure_throughput(models[name], shape, args.batch_size, warmup=2, repeats=args.repeats, device="cpu")
                 per_round[name].append(measured.images_per_second)
-        results[str(threads)] = {
-            name: {"flops_reduction": flops["dense"] / flops[name],
-                   "images_per_s": statistics.median(per_round[name]),
-                   "speedup": statistics.median(a / d for a, d in zip(per_round[name], per_round["dense"])),
-                   "speedup_min": min(a / d for a, d in zip(per_round[name], per_round["dense"])),
-                   "speedup_max": max(a / d for a, d in zip(per_round[name], per_round["dense"]))}
-            for name in names
-        }
+        results[str(threads)] = {}
+        for name in names:
+            speedups = [a / d for a, d in zip(per_round[name], per_round["dense"])]
+            results[str(threads)][name] = {
+                "flops_reduction": flops["dense"] / flops[name], "images_per_s": statistics.median(per_round[name]),
+                "speedup": statistics.median(speedups), "speedup_min": min(speedups), "speedup_max": max(speedups)}
         print(f"{threads} thread(s): " + ", ".join(f"{n} {v['speedup']:.2f}x/{v['flops_reduction']:.2f}x"
                                                   for n, v in results[str(threads)].items()), flush=True)
     report = {"benchmark": "benchmarks/throughput.py", "run": args.run, "batch_size": args.batch_size, "rounds": args.rounds,

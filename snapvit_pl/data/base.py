@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import logging
-from abc import ABCMeta, abstractmethod
 import random
+from abc import ABCMeta, abstractmethod
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager

@@ -87,8 +87,7 @@ class ClassificationDataModule(VisionDataModule):
         self.save_hyperparameters()
         self.source, self.val_split = source.lower(), val_split
         self.train_augment_args = dict(train_augment_args or {})
-        if self.train_augment_args:
-            check_augment_args(self.train_augment_args)
+        check_augment_args(self.train_augment_args)  # fail at construction, not at the first batch
         if self.source not in ("folder", *_FASHION_MNIST_NAMES):
             torchvision_dataset_class(self.source)  # fail fast on an unknown name
 

@@ -163,8 +163,12 @@ class SegmentationDataModule(VisionDataModule):
     def canvas_layout(self) -> tuple[int, int]:
         """(canvas_size, max_items) of the Fashion-MNIST canvases, defaults resolved from the model input."""
         item = FashionMNISTSegmentation.item_size
-        canvas_size = self.canvas_size or min(2 * item, max(item, min(self.input_config["input_size"][1:])))
-        max_items = self.max_items or (4 if canvas_size >= 2 * item else 1)
+        canvas_size = self.canvas_size
+        if canvas_size is None:
+            canvas_size = min(2 * item, max(item, min(self.input_config["input_size"][1:])))
+        max_items = self.max_items
+        if max_items is None:
+            max_items = 4 if canvas_size >= 2 * item else 1
         return canvas_size, max_items
 
     def prepare_data(self) -> None:
