@@ -12,19 +12,22 @@ import argparse
 import copy
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from snapvit_pl.data import ClassificationDataModule
-from snapvit_pl.elastic import ElasticScores, initial_coefficients
-from snapvit_pl.models import BackboneSpec, embed, fingerprint, load_backbone, load_pruned, prunable_blocks, prune_
-from snapvit_pl.scoring import Magnitude
-from snapvit_pl.search import XNES
-from snapvit_pl.search.fitness import EmbeddingFitness, autocast_for
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # snapvit_pl when run as a script without installing
+
+from snapvit_pl.data import ClassificationDataModule  # noqa: E402
+from snapvit_pl.elastic import ElasticScores, initial_coefficients  # noqa: E402
+from snapvit_pl.models import BackboneSpec, embed, fingerprint, load_backbone, load_pruned, prunable_blocks, prune_  # noqa: E402
+from snapvit_pl.scoring import Magnitude  # noqa: E402
+from snapvit_pl.search import XNES  # noqa: E402
+from snapvit_pl.search.fitness import EmbeddingFitness, autocast_for  # noqa: E402
+
 DEMO = BackboneSpec("vit_tiny_patch16_224", False, None, {
     "img_size": 28, "patch_size": 4, "in_chans": 1, "embed_dim": 96, "depth": 6, "num_heads": 6, "num_classes": 10,
 })
