@@ -25,9 +25,10 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 import yaml
@@ -176,8 +177,8 @@ def search_snapshots(model: torch.nn.Module, dm: ClassificationDataModule, local
 def search_coefficients(model: torch.nn.Module, dm: ClassificationDataModule, local: ElasticScores,
                         settings: Settings) -> tuple[torch.Tensor, dict[str, Any]]:
     """xNES with the settings' evaluation budget: (coefficients, search stats)."""
-    snapshot = search_snapshots(model, dm, local, settings.search, [settings.search["max_evaluations"]])
-    stats = snapshot.popitem()[1]
+    budget = settings.search["max_evaluations"]
+    stats = search_snapshots(model, dm, local, settings.search, [budget])[budget]
     return stats.pop("coefficients"), stats
 
 

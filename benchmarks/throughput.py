@@ -77,7 +77,6 @@ def main() -> None:
                   f"({v['speedup_min']:.2f}-{v['speedup_max']:.2f}) | {v['speedup'] / v['flops_reduction']:.2f} |"
                   for name, v in rows.items()]
         lines.append("")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(Path(args.out).with_suffix(".json"), report)
     write_text_atomic(Path(args.out).with_suffix(".md"), "\n".join(lines))
     print("\n".join(lines))
