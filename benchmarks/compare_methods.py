@@ -1,419 +1,274 @@
-"""SnapViT (ours) vs. the baseline scorers at the paper's sparsity pairs, on the reference ViT. Not run in CI.
+"""SnapViT (ours) against the baseline scorers at the paper's pairs, on the development models, over seeds.
 
-    python benchmarks/compare_methods.py            # full run: 7 methods x 6 pairs, 43 models (< 30 min on 2 CPU cores)
-    python benchmarks/compare_methods.py --quick    # smoke run: tiny sizes, 2 pairs, 2 methods (~1-2 min)
+    python benchmarks/compare_methods.py --threads 1                        # the full run (see --help for sizes)
+    python benchmarks/compare_methods.py --split holdout --seeds 0,1,2       # for choosing defaults: never the test split
+    python benchmarks/compare_methods.py --quick                            # smoke run (about a minute)
 
-Methods (no retraining, no weight correction; local scores from the same seeded 1000-image train subset prune.py uses):
+Every method runs through the pipeline ``prune.py`` runs (:mod:`snapvit_pl.pipeline`), with the
+settings of ``configs/prune/demo.yaml`` read by ``prune.py``'s own parser; a seed sets the pruning
+data subset, its multi-crop views and the search seed, as ``--data.init_args.seed`` and
+``--search.seed`` do. Methods (no retraining, no weight correction):
 
-- ``ours``: SSL Fisher local scores + xNES coefficients (search settings of configs/prune/demo.yaml);
+- ``ours``: SSL-Fisher local scores + the coefficient search (the default ``prune.py`` run);
 - ``ssl_fisher``: the same local scores with the initial coefficients (``search.max_evaluations: 0``);
-- ``label_fisher``, ``snip_magnitude``, ``lamp``, ``magnitude``, ``random``: the other scorers, also
+- ``label_fisher`` (needs labels), ``snip_magnitude``, ``lamp``, ``magnitude``, ``random``: the other scorers,
   with the initial coefficients (``--baseline-coefficients none``: local scores alone).
 
-The SSL gradients are computed once and shared by ``ours`` and ``ssl_fisher``. Every pruned model
-(and the dense one) gets params, FLOPs, weighted k-NN / linear-probe / own-head top-1, the
-Fashion-MNIST segmentation probe mIoU and CPU throughput (``snapvit_pl.evaluate.evaluate_model``).
-Writes ``benchmarks/results/compare_methods.{md,json,png}`` (``--quick``: ``compare_methods_quick.*``).
+``lamp`` and ``magnitude`` read only the weights: they run once, whatever the seeds. Each pruned model
+gets own-head, linear-probe and weighted k-NN top-1 on ``--val-samples`` images of the test split
+(``--split test``, default: all 10 000) or of a held-out part of the train split disjoint from the
+k-NN memory (``--split holdout``: what defaults are chosen on). Writes
+``benchmarks/results/compare_methods[_<split>].{md,json,png}`` (``--quick``: ``compare_methods_quick.*``).
 """
 from __future__ import annotations
 
 import argparse
-import copy
-import math
-import os
-import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-import yaml
+from torch.utils.data import DataLoader, Subset
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # callbacks/ when run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from callbacks.export import PAPER_BUDGETS  # noqa: E402
-from callbacks.importance import ImportanceCallback  # noqa: E402
-from callbacks.search import SearchCallback  # noqa: E402
-from snapvit_pl.data import ClassificationDataModule  # noqa: E402
-from snapvit_pl.elastic import Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
-from snapvit_pl.evaluate import build_data, evaluate_model  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    MODELS, RESULTS, Progress, PruneSetup, display, machine_info, model_overrides, pct, prune_setup, rounded,
+)
+from snapvit_pl.data.base import balanced_subset_indices, dataset_targets  # noqa: E402
+from snapvit_pl.elastic import PAPER_PAIRS, Budget, ElasticScores, initial_coefficients  # noqa: E402
+from snapvit_pl.eval.suite import EvalData  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
-from snapvit_pl.models import BackboneSpec, fingerprint, load_backbone, load_pruned, prune_  # noqa: E402
-from snapvit_pl.scoring import LocalScores, build_scorer  # noqa: E402
-from snapvit_pl.search import XNES  # noqa: E402
-from snapvit_pl.search.fitness import EmbeddingFitness  # noqa: E402
+from snapvit_pl.models import fingerprint  # noqa: E402
+from snapvit_pl.pipeline import Evaluation, EvaluationSettings, extract_models, local_importance, run_search  # noqa: E402
+from snapvit_pl.pipeline.importance import scoring_views  # noqa: E402
+from snapvit_pl.scoring import build_scorer  # noqa: E402
 
-DEMO_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
-REFERENCE = ROOT / "assets" / "reference_vit_fmnist"
-RESULTS = ROOT / "benchmarks" / "results"
-PAIRS = [(b["mlp_ratio"], b["head_ratio"]) for b in PAPER_BUDGETS]
-METHODS = {  # name -> (scorer, xNES search)
-    "ours": ("ssl_fisher", True), "ssl_fisher": ("ssl_fisher", False), "label_fisher": ("label_fisher", False),
-    "snip_magnitude": ("snip_magnitude", False), "lamp": ("lamp", False), "magnitude": ("magnitude", False),
-    "random": ("random", False),
+METHODS = {  # name -> (scorer, search, uses the data)
+    "ours": ("ssl_fisher", True, True), "ssl_fisher": ("ssl_fisher", False, True),
+    "label_fisher": ("label_fisher", False, True), "snip_magnitude": ("snip_magnitude", False, True),
+    "lamp": ("lamp", False, False), "magnitude": ("magnitude", False, False), "random": ("random", False, True),
 }
-METRICS = ["knn", "linear", "head", "seg", "throughput"]
-REPORTED = [("knn_top1", "k-NN top-1"), ("linear_top1", "linear-probe top-1"), ("head_top1", "own-head top-1 (no retraining)"),
-            ("seg_miou", "segmentation-probe mIoU")]
+REPORTED = [("head_top1", "own-head top-1"), ("linear_top1", "linear-probe top-1"), ("knn_top1", "k-NN top-1")]
+RIVALS = ("snip_magnitude", "label_fisher")  # the baselines the goal names
 
 
 @dataclass
 class Settings:
-    """Sizes of one run. Scoring and search sizes default to configs/prune/demo.yaml (filled in by ``from_demo``)."""
-
-    pairs: list[tuple[float, float]] = field(default_factory=lambda: list(PAIRS))
+    models: list[str] = field(default_factory=lambda: list(MODELS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     methods: list[str] = field(default_factory=lambda: list(METHODS))
+    pairs: list[tuple[float, float]] = field(default_factory=lambda: list(PAPER_PAIRS))
+    split: str = "test"
+    train_samples: int = 10000
+    val_samples: Optional[int] = None  # None: the whole split (test: 10 000 images)
     baseline_coefficients: str = "initial"
-    scoring_images: int = 1000
-    scoring_batch: int = 16
-    search: dict[str, Any] = field(default_factory=dict)
-    min_mlp_keep: float = 0.05
-    min_head_keep: float = 0.2
-    knn_train: int = 10000
-    knn_val: int = 5000
-    knn_k: int = 20
-    seg_train: int = 500
-    seg_val: int = 200
-    seg_epochs: int = 10
-    throughput_batch: int = 64
-    throughput_repeats: int = 10
-    eval_batch: int = 256
-    seed: int = 0
-    data: dict[str, Any] = field(default_factory=dict)
-    scorer_args: dict[str, Any] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)  # extra prune.py overrides (e.g. search settings)
 
-    @classmethod
-    def from_demo(cls, quick: bool = False) -> "Settings":
-        demo = yaml.safe_load(DEMO_CONFIG.read_text())
-        data = dict(demo["data"]["init_args"])
-        search = SearchCallback(**demo.get("search", {})).settings()  # the callback's defaults for what the YAML omits
-        importance = ImportanceCallback()
-        settings = cls(scoring_images=data.get("max_samples", 1000), scoring_batch=data.get("batch_size", 16),
-                       search=search, min_mlp_keep=importance.min_mlp_keep, min_head_keep=importance.min_head_keep,
-                       seed=demo.get("seed_everything", 0), data=data,
-                       scorer_args=dict(demo["importance"]["scorer"].get("init_args") or {}))
-        if not quick:
-            return settings
-        return replace(settings, pairs=[PAIRS[2], PAIRS[5]], methods=["ours", "magnitude"], scoring_images=48,
-                       search=dict(search, max_evaluations=6, num_images=64, batch_size=64, pca_components=16),
-                       knn_train=300, knn_val=100, seg_train=32, seg_val=16, seg_epochs=2, throughput_repeats=3)
+    def quick(self) -> "Settings":
+        return replace(self, models=["reference"], seeds=[0], methods=["ours", "magnitude"], pairs=[PAPER_PAIRS[3]],
+                       train_samples=300, val_samples=200,
+                       overrides=self.overrides + ["--data.init_args.max_samples=64", "--search.max_evaluations=4",
+                                                   "--search.num_images=64", "--search.pca_components=16"])
 
 
-class Progress:
-    """One line per stage with the elapsed time."""
-
-    def __init__(self):
-        self.start = time.perf_counter()
-
-    def __call__(self, message: str) -> None:
-        print(f"[{time.perf_counter() - self.start:7.1f}s] {message}", flush=True)
-
-
-def load_reference(path: Path = REFERENCE) -> tuple[torch.nn.Module, BackboneSpec, dict[str, Any]]:
-    """The reference ViT (pruned-checkpoint format), else the demo config's architecture with random weights."""
-    if (path / "architecture.json").is_file():
-        model, record = load_pruned(path)
-        return model, BackboneSpec.from_dict(record["base"]), {"source": _display(path), "reference": True}
-    demo = yaml.safe_load(DEMO_CONFIG.read_text())["model"]
-    spec = BackboneSpec(demo["model_name"], False, None, dict(demo.get("model_kwargs") or {}))
-    torch.manual_seed(0)
-    note = (f"{_display(path)} not found: the demo config's architecture with RANDOM weights; "
-            "the accuracies say nothing about the methods")
-    return load_backbone(spec), spec, {"source": "configs/prune/demo.yaml (random weights)", "reference": False, "warning": note}
+def evaluation_data(setup: PruneSetup, settings: Settings, batch_size: int = 256) -> EvalData:
+    """k-NN memory / probe train set from the train split; scored images from the test split or a disjoint train holdout."""
+    dm = setup.datamodule
+    memory = dm.labeled_dataloader("train", settings.train_samples, batch_size)
+    if settings.split == "test":
+        scored = dm.labeled_dataloader("val", settings.val_samples, batch_size)
+    else:
+        base = dm.base_dataset("train")
+        taken = set(memory.dataset.dataset.indices) if isinstance(memory.dataset.dataset, Subset) else set()
+        holdout = balanced_subset_indices(len(base), dataset_targets(base), settings.val_samples or 10000, seed=12345,
+                                          keep=lambda i: i not in taken)
+        scored = DataLoader(Subset(dm.labeled_dataset("train", None), holdout), batch_size=batch_size)
+    return EvalData(train=list(memory), val=list(scored), num_classes=dm.num_classes)
 
 
-def _display(path: Path) -> str:
-    path = path.resolve()
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+class CachedEvaluation(Evaluation):
+    """Evaluates each distinct pruned model once (identical sub-networks from different methods)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.cache: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, Any]:
+        key = fingerprint(model)
+        if key not in self.cache:
+            self.cache[key] = super().__call__(model)
+        return self.cache[key]
 
 
-def local_scores(name: str, model: torch.nn.Module, dm: ClassificationDataModule, settings: Settings) -> LocalScores:
-    """One scorer's local scores, fed as ``prune.py`` feeds it: multi-crop views, or labeled plain views for
-    ``label_fisher``, of the same seeded class-balanced subset of the training split."""
-    kwargs = {"ssl_fisher": settings.scorer_args, "snip_magnitude": {"n_global": settings.scorer_args.get("n_global", 2)},
-              "random": {"seed": settings.seed}}.get(name, {})
-    scorer = build_scorer(name, **kwargs)
-    scorer.setup(model)
-    if scorer.requires_data:
-        n, batch = settings.scoring_images, settings.scoring_batch
-        if scorer.requires_labels:
-            loader = dm.labeled_dataloader("train", n, batch)
-            assert loader.dataset.dataset is dm.unlabeled_dataset("train", "multicrop", n).dataset  # same images
-        else:
-            loader = dm.unlabeled_dataloader(views="multicrop", batch_size=batch, max_samples=n)
-        for batch_ in loader:
-            scorer.update(batch_)
-    scorer.reduce(lambda t: t)
-    return scorer.compute()
+def method_scores(method: str, setup: PruneSetup, seed: int, coefficients: str, log: Progress,
+                  shared: dict[str, Any]) -> tuple[ElasticScores, dict[str, Any]]:
+    """The elastic scores of one method, computed as prune.py computes them; SSL-Fisher scores are shared."""
+    name, searched, _ = METHODS[method]
+    info: dict[str, Any] = {}
+    started = time.perf_counter()
+    if name not in shared:
+        config_scorer = setup.importance.scorer
+        kwargs = {"snip_magnitude": {"n_global": getattr(config_scorer, "n_global", 2)}, "random": {"seed": seed}}.get(name, {})
+        scorer = config_scorer if name == config_scorer.name else build_scorer(name, **kwargs)
+        dm = setup.datamodule
+        dm.train_views = scoring_views(scorer)
+        shared[name] = local_importance(scorer, setup.model, dm.train_dataloader() if scorer.requires_data else [])
+        info["scoring_s"] = time.perf_counter() - started
+    local = shared[name]
+    blocks = len(local.heads)
+    scores = ElasticScores(local.heads, local.neurons, None, setup.spec.to_dict(), fingerprint(setup.model),
+                           setup.importance.min_mlp_keep, setup.importance.min_head_keep)
+    if searched:
+        started = time.perf_counter()
+        images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
+        result = run_search(setup.model, images, scores, setup.search)
+        scores.coefficients = result.coefficients
+        info.update(search=result.summary(), search_s=time.perf_counter() - started)
+        log(f"  search: {result.evaluations} evaluations, fitness {result.initial_fitness:.4f} -> "
+            f"{result.best_fitness:.4f} ({info['search_s']:.1f}s)")
+    elif coefficients == "initial":
+        scores.coefficients = initial_coefficients(blocks, [len(h) for h in local.heads], *setup.search.initial_range)
+    return scores, info
 
 
-def search_snapshots(model: torch.nn.Module, dm: ClassificationDataModule, local: ElasticScores, search: dict[str, Any],
-                     budgets: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """xNES over the block/head coefficients, as ``SearchCallback`` runs it on one process, continued up to each
-    evaluation budget in turn. Per budget: the best coefficients so far (the initial ones unless beaten) and stats.
-    A generation in progress at an intermediate budget is cut short there (as ``XNES.optimize`` does)."""
-    mean = initial_coefficients(len(local.head_scores), local.heads_per_block, *search["initial_range"])
-    fitness = EmbeddingFitness(model, dm.unlabeled_images(search["num_images"], search["batch_size"]), local,
-                               search["sparsity_pairs"], search["pca_components"], search["batch_size"])
-    initial = fitness(mean)
-    es = XNES(mean, sigma=search["sigma"], popsize=search["popsize"], seed=search["seed"])
-    snapshots = {}
-    for budget in sorted(budgets):
-        es.optimize(fitness, budget)
-        improved = es.best_x is not None and es.best_fitness < initial
-        snapshots[budget] = {
-            "coefficients": (es.best_x if improved else mean).float(), "evaluations": es.evaluations,
-            "initial_fitness": initial, "best_fitness": min(es.best_fitness, initial), "improved_on_initial": improved,
-            "forward_s": round(fitness.forward_seconds, 3),
-        }
-    return snapshots
-
-
-def search_coefficients(model: torch.nn.Module, dm: ClassificationDataModule, local: ElasticScores,
-                        settings: Settings) -> tuple[torch.Tensor, dict[str, Any]]:
-    """xNES with the settings' evaluation budget: (coefficients, search stats)."""
-    budget = settings.search["max_evaluations"]
-    stats = search_snapshots(model, dm, local, settings.search, [budget])[budget]
-    return stats.pop("coefficients"), stats
-
-
-def subnet_key(subnet) -> tuple:
-    return tuple(tuple(sorted(h.tolist())) for h in subnet.heads) + tuple(tuple(sorted(n.tolist())) for n in subnet.neurons)
-
-
-def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: bool = False,
-        reference: Path = REFERENCE) -> dict[str, Any]:
+def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: bool) -> dict[str, Any]:
     log = Progress()
     if threads:
         torch.set_num_threads(threads)
-    torch.manual_seed(settings.seed)
-    model, spec, model_info = load_reference(reference)
-    model.eval()
-    log(f"model: {model_info['source']}" + (f"  WARNING: {model_info['warning']}" if "warning" in model_info else ""))
-    timings: dict[str, Any] = {"scoring_s": {}, "evaluation_s": {}}
-
-    started = time.perf_counter()
-    dm = ClassificationDataModule(**dict(settings.data, seed=settings.seed))
-    dm.configure_for_model(model)
-    data = build_data(model, METRICS, dm.source, dm.root, settings.knn_train, settings.knn_val, settings.eval_batch,
-                      seg_train_samples=settings.seg_train, seg_val_samples=settings.seg_val, seed=settings.seed, cache=True)
-    timings["data_s"] = time.perf_counter() - started
-    log(f"evaluation data cached: {settings.knn_train}/{settings.knn_val} classification, "
-        f"{settings.seg_train}/{settings.seg_val} segmentation images ({timings['data_s']:.1f}s)")
-
-    def evaluate(m: torch.nn.Module, label: str) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        result = evaluate_model(m, data, METRICS, settings.knn_k, settings.seg_epochs, settings.throughput_batch,
-                                settings.throughput_repeats, device="cpu")
-        timings["evaluation_s"][label] = time.perf_counter() - t0
-        log(f"evaluated {label}: " + ", ".join(f"{k} {result[k]:.3f}" for k, _ in REPORTED if k in result)
-            + f", {result['throughput_images_per_s']:.0f} img/s ({timings['evaluation_s'][label]:.1f}s)")
-        return result
-
-    dense = evaluate(model, "dense")
-    cost = CostModel(model)
-    base, base_fingerprint = spec.to_dict(), fingerprint(model)
-    blocks = len(cost.num_heads)
-    scorers = sorted({METHODS[m][0] for m in settings.methods}, key=list(METHODS).index)
-    if "label_fisher" in scorers and not getattr(model, "num_classes", 0):
-        raise SystemExit("label_fisher needs a classifier head; drop it from --methods")
-    locals_: dict[str, LocalScores] = {}
-    for name in scorers:
-        t0 = time.perf_counter()
-        locals_[name] = local_scores(name, model, dm, settings)
-        timings["scoring_s"][name] = time.perf_counter() - t0
-        log(f"local scores {name} ({timings['scoring_s'][name]:.1f}s)")
-
-    results: dict[str, Any] = {}
-    evaluated: dict[tuple, dict[str, Any]] = {}  # identical sub-networks are evaluated once
-    initial = initial_coefficients(blocks, cost.num_heads, *settings.search["initial_range"])
-    for method in settings.methods:
-        scorer, searched = METHODS[method]
-        local = ElasticScores(locals_[scorer].heads, locals_[scorer].neurons, None, base, base_fingerprint,
-                              settings.min_mlp_keep, settings.min_head_keep)
-        entry: dict[str, Any] = {"scorer": scorer, "search": None, "pairs": []}
-        if searched:
-            t0 = time.perf_counter()
-            local.coefficients, entry["search"] = search_coefficients(model, dm, local, settings)
-            timings["search_s"] = time.perf_counter() - t0
-            log(f"xNES search for {method}: {entry['search']['evaluations']} evaluations, fitness "
-                f"{entry['search']['initial_fitness']:.4f} -> {entry['search']['best_fitness']:.4f} ({timings['search_s']:.1f}s)")
-        elif settings.baseline_coefficients == "initial":
-            local.coefficients = initial
-        for mlp_ratio, head_ratio in settings.pairs:
-            subnet, _, _ = local.subnet(Budget(mlp_ratio=mlp_ratio, head_ratio=head_ratio), cost)
-            key = subnet_key(subnet)
-            label = f"{method} ({mlp_ratio:.2f}, {head_ratio:.2f})"
-            if key in evaluated:
-                log(f"{label}: same sub-network as an earlier model, reusing its numbers")
-                metrics = evaluated[key]
-            else:
-                metrics = evaluated[key] = evaluate(prune_(copy.deepcopy(model), subnet), label)
-            entry["pairs"].append({"mlp_ratio": mlp_ratio, "head_ratio": head_ratio, "heads": subnet.head_counts,
-                                   "mlp_hidden": subnet.neuron_counts, **metrics})
-        results[method] = entry
-
-    timings["total_s"] = time.perf_counter() - log.start
-    report = {
-        "benchmark": "benchmarks/compare_methods.py", "quick": quick,
-        "model": {**model_info, **base, "params": dense["params"], "flops": dense["flops"]},
-        "settings": asdict(settings), "machine": machine_info(),
-        "timings_s": round_floats(timings), "dense": dense, "methods": results,
-    }
-    report["summary"] = summarise(report)
-    report["name"] = out_prefix.name
-    write_outputs(report, out_prefix)
-    log(f"wrote {out_prefix}.md/.json/.png (total {timings['total_s']:.1f}s)")
+    budgets = [Budget(mlp_ratio=m, head_ratio=h) for m, h in settings.pairs]
+    report: dict[str, Any] = {"benchmark": "benchmarks/compare_methods.py", "quick": quick, "name": out_prefix.name,
+                              "settings": asdict(settings), "models": {}}
+    for model_name in settings.models:
+        entry: dict[str, Any] = {"rows": [], "runs": []}
+        evaluation, dense_done = None, False
+        for seed in settings.seeds:
+            setup = prune_setup(*model_overrides(model_name), f"--data.init_args.seed={seed}", f"--search.seed={seed}",
+                                *settings.overrides)
+            if evaluation is None:
+                started = time.perf_counter()
+                metrics = EvaluationSettings(metrics=["knn", "linear", "head"], train_samples=settings.train_samples,
+                                             val_samples=settings.val_samples)
+                evaluation = CachedEvaluation(metrics, evaluation_data(setup, settings), device=torch.device("cpu"))
+                entry["data_s"] = time.perf_counter() - started
+                entry["search_settings"] = setup.search.to_dict()
+                entry["scorer"] = setup.importance.scorer_record()
+            if not dense_done:
+                entry["dense"] = {"params": sum(p.numel() for p in setup.model.parameters()), **evaluation(setup.model)}
+                dense_done = True
+                log(f"{model_name}: dense " + ", ".join(f"{name} {pct(entry['dense'][k])}" for k, name in REPORTED))
+            shared: dict[str, Any] = {}
+            for method in settings.methods:
+                if not METHODS[method][2] and seed != settings.seeds[0]:
+                    continue  # weights only: the same for every seed
+                scores, info = method_scores(method, setup, seed, settings.baseline_coefficients, log, shared)
+                started = time.perf_counter()
+                items = extract_models(setup.model, scores, budgets, evaluation=evaluation)
+                entry["runs"].append({"method": method, "seed": seed, **info, "evaluation_s": time.perf_counter() - started})
+                for item in items:
+                    entry["rows"].append({"method": method, "seed": seed, "pair": [item.mlp_ratio, item.head_ratio],
+                                          "params": item.params, "flops": item.flops, "heads": item.subnet.head_counts,
+                                          "mlp_hidden": item.subnet.neuron_counts,
+                                          **{k: item.metrics.get(k) for k, _ in REPORTED}})
+                log(f"{model_name} seed {seed} {method}: " + "; ".join(
+                    f"{tuple(r['pair'])} " + "/".join(pct(r[k]) for k, _ in REPORTED)
+                    for r in entry["rows"][-len(items):]))
+        entry["summary"] = aggregate(entry["rows"])
+        report["models"][model_name] = entry
+    report["machine"] = machine_info()
+    report["total_s"] = time.perf_counter() - log.start
+    report["goal"] = goal(report)
+    write_json_atomic(out_prefix.with_suffix(".json"), rounded(report))
+    write_text_atomic(out_prefix.with_suffix(".md"), markdown(report))
+    plot(report, out_prefix.with_suffix(".png"))
+    log(f"wrote {display(out_prefix)}.md/.json/.png (total {report['total_s'] / 60:.1f} min)")
     return report
 
 
-def machine_info() -> dict[str, Any]:
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "load_average_1m_at_end": load[0] if load else None, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{method: {"m,h": {metric: {"mean", "std", "n", "values"}, "params": ...}}}`` over seeds."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        cell = out.setdefault(row["method"], {}).setdefault(_key(row["pair"]), {"params": row["params"], "values": {}})
+        for key, _ in REPORTED:
+            cell["values"].setdefault(key, []).append(row[key])
+    for cells in out.values():
+        for cell in cells.values():
+            for key, values in cell.pop("values").items():
+                cell[key] = {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                             "n": len(values), "values": values}
+    return out
 
 
-def round_floats(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 3)
-    if isinstance(value, dict):
-        return {k: round_floats(v) for k, v in value.items()}
-    return value
+def _key(pair) -> str:
+    return f"{pair[0]:.2f},{pair[1]:.2f}"
 
 
-# -- summary, tables, plot ------------------------------------------------------------------------------
-def summarise(report: dict[str, Any]) -> dict[str, Any]:
-    """Per metric: where ``ours`` is best, its mean gap to the best other method, its worst loss; and the search's gain."""
-    methods = report["methods"]
-    if "ours" not in methods:
-        return {}
-    pairs = [(p["mlp_ratio"], p["head_ratio"]) for p in methods["ours"]["pairs"]]
-    others = [m for m in methods if m != "ours"]
-    summary: dict[str, Any] = {}
-    for key, _ in REPORTED:
-        rows = []
-        for i, pair in enumerate(pairs):
-            ours = methods["ours"]["pairs"][i].get(key)
-            rivals = {m: methods[m]["pairs"][i].get(key) for m in others if methods[m]["pairs"][i].get(key) is not None}
-            if ours is None or not rivals:
-                continue
-            best = max(rivals, key=rivals.get)
-            label_free = {m: v for m, v in rivals.items() if m != "label_fisher"}
-            rows.append({"pair": pair, "ours": ours, "best_other": best, "best_other_value": rivals[best],
-                         "margin": ours - rivals[best],
-                         "margin_label_free": ours - max(label_free.values()) if label_free else None,
-                         "vs_ssl_fisher": ours - rivals["ssl_fisher"] if "ssl_fisher" in rivals else None})
-        if rows:
-            summary[key] = {
-                "pairs": rows, "wins": sum(r["margin"] >= 0 for r in rows), "of": len(rows),
-                "mean_margin": statistics.fmean(r["margin"] for r in rows),
-                "mean_margin_label_free": (statistics.fmean(r["margin_label_free"] for r in rows)
-                                           if all(r["margin_label_free"] is not None for r in rows) else None),
-                "search_gain_mean": (statistics.fmean(r["vs_ssl_fisher"] for r in rows)
-                                     if all(r["vs_ssl_fisher"] is not None for r in rows) else None),
-            }
-    return summary
-
-
-def pct(value: Optional[float]) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}"
+def goal(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 13's goal: ours >= SNIP-magnitude and label Fisher on own-head and linear top-1 at every pair
+    from ~30% sparsity (the four sparsest paper pairs), on every development model (means over seeds)."""
+    checks, met = [], True
+    for model_name, entry in report["models"].items():
+        summary = entry["summary"]
+        if "ours" not in summary:
+            continue
+        for pair in list(summary["ours"])[-4:]:
+            for key in ("head_top1", "linear_top1"):
+                ours = summary["ours"][pair][key]["mean"]
+                for rival in RIVALS:
+                    if rival in summary and pair in summary[rival]:
+                        margin = ours - summary[rival][pair][key]["mean"]
+                        checks.append({"model": model_name, "pair": pair, "metric": key, "rival": rival,
+                                       "margin": margin})
+                        met &= margin >= 0
+    return {"met": met and bool(checks), "checks": checks}
 
 
 def markdown(report: dict[str, Any]) -> str:
-    methods, dense, settings = report["methods"], report["dense"], report["settings"]
-    names = list(methods)
-    first = methods[names[0]]["pairs"]
-    val_n = settings["knn_val"]
-    lines = ["# Pruning methods compared (no retraining)", ""]
-    if "warning" in report["model"]:
-        lines += [f"> **WARNING:** {report['model']['warning']}.", ""]
-    lines += [
-        f"`python benchmarks/compare_methods.py{' --quick' if report.get('quick') else ''}`, {report['machine']['date']}, "
-        f"{report['machine']['cpu']} ({report['machine']['torch_threads']} torch threads), "
-        f"total {report['timings_s']['total_s'] / 60:.1f} min. Raw numbers: `{report['name']}.json`; plot: `{report['name']}.png`.",
-        "",
-        f"Model: {report['model']['model_name']} from {report['model']['source']}: {dense['params'] / 1e6:.3f}M params, "
-        f"{dense['flops'] / 1e6:.1f} MFLOPs/image. Fashion-MNIST; scoring on {settings['scoring_images']} train images "
-        f"(batch {settings['scoring_batch']}, multi-crop; labeled plain views for label_fisher); xNES "
-        f"{settings['search']['max_evaluations']} evaluations on {settings['search']['num_images']} images, PCA "
-        f"{settings['search']['pca_components']}; baselines and ssl_fisher use "
-        f"{'the initial coefficients linspace(1.2, 0.8)' if settings['baseline_coefficients'] == 'initial' else 'local scores alone'}. "
-        f"k-NN (k={settings['knn_k']}) and linear probe on {settings['knn_train']} balanced train / {val_n} val images; "
-        f"own head on the same val images; segmentation probe on {settings['seg_train']}/{settings['seg_val']} Fashion-MNIST "
-        f"canvases (SegmentationDataModule defaults: for a 28-px model one item per 28-px canvas, at native resolution), "
-        f"{settings['seg_epochs']} epochs. Throughput: batch {settings['throughput_batch']}, CPU, median of "
-        f"{settings['throughput_repeats']} forwards (other load on the machine makes it noisy).",
-        "",
-        f"Accuracies in %, best of each row in bold. With {val_n} val images the standard error of a top-1 near 80% "
-        f"is about {100 * math.sqrt(0.8 * 0.2 / val_n):.1f} points: smaller differences are noise.",
-        "",
-    ]
-    header = "| (mlp, head) | params | FLOPs | speedup | " + " | ".join(names) + " |"
-    rule = "|---|---:|---:|---:|" + "---:|" * len(names)
-    for key, title in REPORTED:
-        lines += [f"## {title}", "", header, rule,
-                  f"| dense | {dense['params'] / 1e6:.3f}M | {dense['flops'] / 1e6:.1f}M | 1.00x "
-                  f"({dense['throughput_images_per_s']:.0f}/s) | " + " | ".join(pct(dense.get(key)) for _ in names) + " |"]
-        for i, row in enumerate(first):
-            values = [methods[m]["pairs"][i].get(key) for m in names]
-            best = max((v for v in values if v is not None), default=None)
-            cells = [f"**{pct(v)}**" if v is not None and v == best else pct(v) for v in values]
-            lines.append(f"| ({row['mlp_ratio']:.2f}, {row['head_ratio']:.2f}) | {pct(row['params'] / dense['params'])}% "
-                         f"| {pct(row['flops'] / dense['flops'])}% | {speedup(methods, i, dense)} | " + " | ".join(cells) + " |")
+    s = report["settings"]
+    lines = ["# Pruning methods compared (no retraining, no correction)", "",
+             f"`python benchmarks/compare_methods.py{' --quick' if report['quick'] else ''} --split {s['split']}`, "
+             f"{report['machine']['date']}, {report['machine']['cpu']} ({report['machine']['torch_threads']} torch "
+             f"thread(s)), {report['total_s'] / 60:.0f} min. Raw numbers: `{report['name']}.json`; plot: `{report['name']}.png`.",
+             "",
+             f"Every method through the `prune.py` pipeline with the settings of `configs/prune/demo.yaml`; seeds "
+             f"{s['seeds']} (pruning subset, crops and search seed); `lamp` and `magnitude` use no data and run once. "
+             f"Scored on {'the test split' if s['split'] == 'test' else 'a held-out part of the train split'} "
+             f"({s['val_samples'] or 'all'} images); k-NN memory and probe training set: {s['train_samples']} train images. "
+             "Top-1 in %, mean ± standard deviation over the seeds; the best mean of each row in bold.", ""]
+    for model_name, entry in report["models"].items():
+        summary, dense = entry["summary"], entry["dense"]
+        names = [m for m in s["methods"] if m in summary]
+        lines += [f"## {model_name} ({display(MODELS[model_name])}: {dense['params'] / 1e6:.2f}M params)", ""]
+        for key, title in REPORTED:
+            lines += [f"### {title} (dense {pct(dense[key])})", "",
+                      "| (mlp, head) | params | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+            for pair in summary[names[0]]:
+                cells = [summary[m].get(pair, {}).get(key) for m in names]
+                best = max((c["mean"] for c in cells if c), default=None)
+                text = [("**{}**" if c and c["mean"] == best else "{}").format(_cell(c)) for c in cells]
+                params = summary[names[0]][pair]["params"] / dense["params"]
+                lines.append(f"| ({pair}) | {pct(params, 0)}% | " + " | ".join(text) + " |")
+            lines.append("")
+    checks = report["goal"]["checks"]
+    if checks:
+        lines += ["## Goal: ours >= SNIP-magnitude and label Fisher (own head, linear), pairs from ~30% sparsity", "",
+                  f"**{'Met' if report['goal']['met'] else 'Not met'}** "
+                  f"({sum(c['margin'] >= 0 for c in checks)} of {len(checks)} comparisons). Where ours loses:", ""]
+        losses = [c for c in checks if c["margin"] < 0]
+        lines += [f"- {c['model']} ({c['pair']}) {c['metric']}: {100 * c['margin']:+.2f} points vs {c['rival']}"
+                  for c in losses] or ["- nowhere."]
         lines.append("")
-    lines += ["params / FLOPs: % of dense (identical for every method at a pair); speedup: measured throughput / dense, "
-              "median over the methods' models at that pair, next to the FLOPs reduction dense/pruned.", "",
-              "## Where ours wins / loses", ""]
-    lines += summary_lines(report) or ["(`ours` was not run.)"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
-def speedup(methods: dict[str, Any], i: int, dense: dict[str, Any]) -> str:
-    measured = statistics.median(methods[m]["pairs"][i]["throughput_images_per_s"] for m in methods)
-    row = next(iter(methods.values()))["pairs"][i]
-    return f"{measured / dense['throughput_images_per_s']:.2f}x (FLOPs {dense['flops'] / row['flops']:.2f}x)"
-
-
-def summary_lines(report: dict[str, Any]) -> list[str]:
-    lines = []
-    search = (report["methods"].get("ours") or {}).get("search")
-    if search:
-        lines.append(f"- **Search**: xNES moved the fitness from {search['initial_fitness']:.4f} to {search['best_fitness']:.4f} in "
-                     f"{search['evaluations']} evaluations" + ("." if search["improved_on_initial"] else
-                     "; it never beat the initial coefficients, so ours kept them."))
-    for key, title in REPORTED:
-        s = report["summary"].get(key)
-        if not s:
-            continue
-        losses = [r for r in s["pairs"] if r["margin"] < 0]
-        worst = min(s["pairs"], key=lambda r: r["margin"])
-        best = max(s["pairs"], key=lambda r: r["margin"])
-        details = []
-        if best["margin"] > 0:
-            details.append(f"largest lead {100 * best['margin']:+.1f} at {tuple(best['pair'])} over {best['best_other']}")
-        if losses:
-            details.append(f"largest loss {100 * worst['margin']:+.1f} at {tuple(worst['pair'])} to {worst['best_other']}")
-        text = (f"- **{title}**: ours is best (or tied) at {s['wins']} of {s['of']} pairs; mean margin to the best other "
-                f"method {100 * s['mean_margin']:+.1f} points" + (f" ({'; '.join(details)})." if details else "."))
-        if s["mean_margin_label_free"] is not None and "label_fisher" in report["methods"]:
-            text += f" Against the label-free baselines only: {100 * s['mean_margin_label_free']:+.1f} points on average."
-        if s["search_gain_mean"] is not None:
-            text += f" The xNES search adds {100 * s['search_gain_mean']:+.1f} points on average over ssl_fisher alone."
-        lines.append(text)
-    dense, methods = report["dense"], report["methods"]
-    if lines and methods:
-        i = len(next(iter(methods.values()))["pairs"]) - 1
-        row = next(iter(methods.values()))["pairs"][i]
-        measured = statistics.median(methods[m]["pairs"][i]["throughput_images_per_s"] for m in methods)
-        ratio = (measured / dense["throughput_images_per_s"]) / (dense["flops"] / row["flops"])
-        lines.append(f"- **Speed**: at the sparsest pair the measured CPU speedup is {speedup(methods, i, dense)}: "
-                     f"{100 * ratio:.0f}% of the FLOPs reduction turns into throughput.")
-    return lines
+def _cell(cell: Optional[dict[str, Any]]) -> str:
+    if not cell:
+        return "n/a"
+    return f"{100 * cell['mean']:.2f}" + (f" ± {100 * cell['std']:.2f}" if cell["n"] > 1 else "")
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -422,92 +277,57 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dense = report["dense"]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
-    for ax, (key, title) in zip(axes.flat, REPORTED):
-        for method, entry in report["methods"].items():
-            points = [(100 * (1 - p["params"] / dense["params"]), 100 * p[key]) for p in entry["pairs"] if p.get(key) is not None]
-            if points:
-                ax.plot(*zip(*points), marker="o", label=method, linewidth=2.5 if method == "ours" else 1.2,
-                        zorder=3 if method == "ours" else 2)
-        if dense.get(key) is not None:
+    models = report["models"]
+    fig, axes = plt.subplots(len(models), len(REPORTED), figsize=(5 * len(REPORTED), 4 * len(models)), squeeze=False)
+    for row, (model_name, entry) in enumerate(models.items()):
+        dense = entry["dense"]
+        for ax, (key, title) in zip(axes[row], REPORTED):
+            for method, cells in entry["summary"].items():
+                xs = [100 * (1 - c["params"] / dense["params"]) for c in cells.values()]
+                ys = [100 * c[key]["mean"] for c in cells.values()]
+                errors = [100 * c[key]["std"] for c in cells.values()]
+                ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=method,
+                            linewidth=2.5 if method == "ours" else 1.2, zorder=3 if method == "ours" else 2)
             ax.axhline(100 * dense[key], color="gray", linestyle="--", linewidth=1, label="dense")
-        ax.set(title=title, ylabel="%")
-        ax.grid(alpha=0.3)
-    for ax in axes[1]:
-        ax.set_xlabel("parameters removed (%)")
+            ax.set(title=f"{model_name}: {title}", xlabel="parameters removed (%)", ylabel="top-1 (%)")
+            ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"{report['model']['model_name']} on Fashion-MNIST, no retraining"
-                 + (" (RANDOM WEIGHTS)" if not report["model"]["reference"] else ""))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def write_outputs(report: dict[str, Any], prefix: Path) -> None:
-    write_json_atomic(prefix.with_suffix(".json"), report)
-    write_text_atomic(prefix.with_suffix(".md"), markdown(report))
-    plot(report, prefix.with_suffix(".png"))
-
-
-# -- run-time estimate from a quick run --------------------------------------------------------------
-def estimate_full(report: dict[str, Any], full: Settings) -> dict[str, float]:
-    """Rough seconds of a full run: each stage of the quick run scaled by its amount of work."""
-    quick, t = report["settings"], report["timings_s"]
-    pruned = [p for entry in report["methods"].values() for p in entry["pairs"]] or [report["dense"]]
-    stage = lambda name: statistics.fmean(p["timings_s"].get(name, 0.0) for p in pruned)  # noqa: E731
-    seg_work = lambda s: s["seg_train"] * (s["seg_epochs"] + 1) + s["seg_val"]  # noqa: E731
-    thr_work = lambda s: s["throughput_repeats"] + max(1, s["throughput_repeats"] // 4)  # noqa: E731
-    per_model = (stage("classification") * (full.knn_train + 2 * full.knn_val) / (quick["knn_train"] + 2 * quick["knn_val"])
-                 + stage("seg") * seg_work(asdict(full)) / seg_work(quick)
-                 + stage("throughput") * thr_work(asdict(full)) / thr_work(quick))
-    scorers = {METHODS[m][0] for m in full.methods} & {"ssl_fisher", "label_fisher", "snip_magnitude"}
-    scoring = max(t["scoring_s"].values()) * full.scoring_images / quick["scoring_images"] * len(scorers)
-    search = t.get("search_s", 0.0) * (full.search["max_evaluations"] * full.search["num_images"]) / (
-        quick["search"]["max_evaluations"] * quick["search"]["num_images"])
-    data = t["data_s"] * (full.knn_train + full.knn_val) / (quick["knn_train"] + quick["knn_val"])
-    models = len(full.methods) * len(full.pairs) + 1
-    return {"data_s": data, "scoring_s": scoring, "search_s": search, "evaluation_s": per_model * models,
-            "models": models, "total_s": data + scoring + search + per_model * models}
-
-
-def main() -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, 2 pairs, 2 methods, 6 xNES evaluations")
-    parser.add_argument("--methods", default=None, help=f"comma-separated subset of {','.join(METHODS)}")
+    parser.add_argument("--quick", action="store_true", help="smoke run: one model, one seed, two methods, one pair")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
+    parser.add_argument("--seeds", default="0,1,2", help="seeds of the data subset, crops and search")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+    parser.add_argument("--split", choices=["test", "holdout"], default="test",
+                        help="score on the test split (results) or on a held-out part of the train split (choosing defaults)")
+    parser.add_argument("--val-samples", type=int, default=0, help="scored images (0: the whole test split / 10000)")
+    parser.add_argument("--train-samples", type=int, default=10000, help="k-NN memory / probe train images")
     parser.add_argument("--baseline-coefficients", choices=["initial", "none"], default="initial",
-                        help="coefficients of the methods without search: the search's initial mean (as prune.py with "
+                        help="coefficients of the methods without search: the search's initial mean (prune.py with "
                              "max_evaluations 0; default) or none (local scores alone)")
-    parser.add_argument("--knn-train", type=int, default=None, help="k-NN memory / probe train images (default 10000)")
-    parser.add_argument("--knn-val", type=int, default=None, help="scored val images (default 5000)")
-    parser.add_argument("--evaluations", type=int, default=None, help="xNES evaluations of ours (default: demo.yaml's, 50)")
-    parser.add_argument("--model", default=str(REFERENCE),
-                        help="the dense model, a pruned-checkpoint directory (default assets/reference_vit_fmnist; if missing, "
-                             "the demo config's architecture with random weights)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: torch's choice; use 1 when other jobs share the CPUs)")
-    parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/compare_methods[_quick])")
-    args = parser.parse_args()
-    settings = replace(Settings.from_demo(args.quick), baseline_coefficients=args.baseline_coefficients)
-    for name in ("knn_train", "knn_val"):
-        if getattr(args, name) is not None:
-            setattr(settings, name, getattr(args, name))
-    if args.evaluations is not None:
-        settings.search = dict(settings.search, max_evaluations=args.evaluations)
-    if args.methods:
-        unknown = set(args.methods.split(",")) - set(METHODS)
+    parser.add_argument("--override", action="append", default=[], help="extra prune.py override, e.g. --search.sigma=0.5")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (1 on a busy machine)")
+    parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/compare_methods[_holdout])")
+    args = parser.parse_args(argv)
+    settings = Settings(models=args.models.split(","), seeds=[int(s) for s in args.seeds.split(",")],
+                        methods=args.methods.split(","), split=args.split, train_samples=args.train_samples,
+                        val_samples=args.val_samples or None, baseline_coefficients=args.baseline_coefficients,
+                        overrides=args.override)
+    for name, known in (("models", MODELS), ("methods", METHODS)):
+        unknown = set(getattr(settings, name)) - set(known)
         if unknown:
-            parser.error(f"unknown methods {sorted(unknown)}; choose from {','.join(METHODS)}")
-        settings.methods = args.methods.split(",")
-    prefix = Path(args.out) if args.out else RESULTS / ("compare_methods_quick" if args.quick else "compare_methods")
-    report = run(settings, prefix, args.threads, args.quick, Path(args.model))
+            parser.error(f"unknown {name} {sorted(unknown)}; choose from {','.join(known)}")
     if args.quick:
-        estimate = estimate_full(report, Settings.from_demo())
-        search = f"{estimate['search_s']:.0f}s" if "search_s" in report["timings_s"] else "not measured (ours not run)"
-        print(f"rough full-run estimate from this quick run: {estimate['total_s'] / 60:.1f} min "
-              f"(data {estimate['data_s']:.0f}s, scoring {estimate['scoring_s']:.0f}s, search {search}, "
-              f"evaluation {estimate['evaluation_s']:.0f}s for {estimate['models']} models)")
+        settings = settings.quick()
+    suffix = "_quick" if args.quick else ("" if args.split == "test" else f"_{args.split}")
+    prefix = Path(args.out) if args.out else RESULTS / f"compare_methods{suffix}"
+    run(settings, prefix, args.threads, args.quick)
 
 
 if __name__ == "__main__":

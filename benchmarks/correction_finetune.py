@@ -1,38 +1,30 @@
 """What weight correction and a short fine-tune add to a retraining-free pruned ViT. Not run in CI.
 
-For each of the paper's (mlp_ratio, head_ratio) pairs, one model is cut from the elastic scores and
-measured three times:
+For each of the paper's (mlp_ratio, head_ratio) pairs, one model is cut from the elastic scores
+(:func:`snapvit_pl.pipeline.extract_models`, as ``prune.py`` does) and measured three times:
 
-  (a) pruned:     the cut alone (``prune_``), no retraining;
-  (b) corrected:  ``correct_and_prune`` (SparseGPT-style OBS update of ``attn.proj`` / ``mlp.fc2``) on
-                  calibration images (default 256, as ``CorrectionCallback``);
+  (a) pruned:     the cut alone, no retraining;
+  (b) corrected:  the cut with the SparseGPT-style correction of ``attn.proj`` / ``mlp.fc2``
+                  (``correction.enabled: true`` in ``prune.py``) on 256 calibration images (``correction.num_samples``);
   (c) fine-tuned: (b) trained briefly with ``FinetuneModule`` (``loss: both`` = cross-entropy on labels
                   + KL distillation from the dense model) under a lightweight Trainer: one epoch over
                   ``--finetune-samples`` train images, or ``--finetune-steps N`` optimizer steps.
 
-Each gets weighted k-NN, linear-probe and own-head top-1 (``snapvit_pl.eval.suite.evaluate_classification``
-on a seeded class-balanced train/val subset), and every step is timed.
+Each gets weighted k-NN, linear-probe and own-head top-1 (the evaluation ``prune.py`` runs), on the
+whole test split by default, and every step is timed.
 
-    python benchmarks/correction_finetune.py [--scores runs/prune/X] [--checkpoint assets/reference_vit_fmnist]
+    python benchmarks/correction_finetune.py [--scores runs/prune/X] [--model reference]
     python benchmarks/correction_finetune.py --quick       # smoke run: 2 pairs, tiny sizes (~20 s)
 
-Full run: about 13 minutes on 2 CPU cores (1 torch thread; estimated from the quick run and timed
-samples of each stage): 19 evaluations of ~25 s (feature extraction of 12000 images dominates),
-six fine-tunes of 79 steps (~35 s each), SSL-Fisher scores ~1 min, corrections ~2 s each.
-
-Model: the reference ViT (pruned-checkpoint format) if present, else the demo config's architecture with
-RANDOM weights (the report says so). Scores: ``elastic_scores.safetensors`` of a prune run (``--scores``
-takes the run directory or the file); without it, SSL-Fisher local scores on 1000 train images
-(multi-crop, as prune.py) with the initial block coefficients, i.e. no search.
+Scores: ``elastic_scores.safetensors`` of a prune run (``--scores`` takes the run directory or the
+file); without it, the default ``prune.py`` scores (SSL Fisher + search, settings of
+``configs/prune/demo.yaml``) are computed first.
 Writes ``benchmarks/results/correction_finetune.{md,json}`` (``--quick``: ``correction_finetune_quick.*``).
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -42,40 +34,29 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # callbacks/ and snapvit_pl when run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from callbacks.export import PAPER_BUDGETS  # noqa: E402
-from snapvit_pl.correction import correct_and_prune  # noqa: E402
-from snapvit_pl.data import ClassificationDataModule  # noqa: E402
-from snapvit_pl.elastic import Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
-from snapvit_pl.errors import SnapViTError  # noqa: E402
-from snapvit_pl.eval.suite import evaluate_classification  # noqa: E402
-from snapvit_pl.evaluate import build_data  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
-from snapvit_pl.models import (  # noqa: E402
-    BackboneSpec, count_flops, count_params, fingerprint, load_backbone, load_pruned, prune_, save_pruned,
+from benchmarks.common import (  # noqa: E402
+    MODELS, RESULTS, Progress, PruneSetup, display, machine_info, model_overrides, pct, prune_setup, rounded,
 )
-from snapvit_pl.scoring import build_scorer  # noqa: E402
+from benchmarks.compare_methods import method_scores  # noqa: E402
+from snapvit_pl.data import ClassificationDataModule  # noqa: E402
+from snapvit_pl.elastic import PAPER_PAIRS, Budget, ElasticScores, initial_coefficients  # noqa: E402
+from snapvit_pl.errors import SnapViTError, exit_with_error  # noqa: E402
+from snapvit_pl.eval.suite import EvalData  # noqa: E402
+from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
+from snapvit_pl.models import save_pruned  # noqa: E402
+from snapvit_pl.pipeline import Correction, Evaluation, EvaluationSettings, extract_models  # noqa: E402
 
-DEMO_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
-REFERENCE = ROOT / "assets" / "reference_vit_fmnist"
-RESULTS = ROOT / "benchmarks" / "results"
-PAIRS = [(b["mlp_ratio"], b["head_ratio"]) for b in PAPER_BUDGETS]
-METRICS = ("knn", "linear", "head")
 REPORTED = (("knn_top1", "k-NN"), ("linear_top1", "linear probe"), ("head_top1", "own head"))
 STAGES = (("pruned", "(a) pruned"), ("corrected", "(b) corrected"), ("finetuned", "(c) fine-tuned"))
 
 
 @dataclass
 class Settings:
-    pairs: list[tuple[float, float]] = field(default_factory=lambda: list(PAIRS))
-    scoring_images: int = 1000       # only when no --scores: SSL-Fisher local scores
-    scoring_batch: int = 16
+    pairs: list[tuple[float, float]] = field(default_factory=lambda: list(PAPER_PAIRS))
     calibration_images: int = 256
-    correction_batch: int = 64
     finetune_samples: Optional[int] = 10000  # one epoch over this seeded train subset (None: the whole split)
     finetune_steps: Optional[int] = None     # instead: exactly this many optimizer steps
     finetune_batch: int = 128
@@ -84,84 +65,43 @@ class Settings:
     distill_weight: float = 1.0
     temperature: float = 1.0
     knn_train: int = 10000
-    knn_val: int = 2000
+    knn_val: Optional[int] = None  # None: the whole test split
     knn_k: int = 20
-    eval_batch: int = 256
     seed: int = 0
+    overrides: list[str] = field(default_factory=list)
 
     def quick(self) -> "Settings":
-        return replace(self, pairs=[PAIRS[2], PAIRS[5]], scoring_images=48, calibration_images=32,
-                       finetune_samples=320, finetune_batch=32, knn_train=300, knn_val=100, knn_k=10)
+        return replace(self, pairs=[PAPER_PAIRS[2], PAPER_PAIRS[5]], calibration_images=32, finetune_samples=320,
+                       finetune_batch=32, knn_train=300, knn_val=100, knn_k=10,
+                       overrides=self.overrides + ["--data.init_args.max_samples=64", "--search.max_evaluations=4",
+                                                   "--search.num_images=64", "--search.pca_components=16"])
 
 
-def log(message: str, _start=[time.perf_counter()]) -> None:  # noqa: B006 (the run's start time)
-    print(f"[{time.perf_counter() - _start[0]:7.1f}s] {message}", flush=True)
-
-
-def load_reference(path: Path) -> tuple[torch.nn.Module, BackboneSpec, dict[str, Any]]:
-    """The reference ViT (pruned-checkpoint format), else the demo config's architecture with random weights."""
-    if (path / "architecture.json").is_file():
-        model, record = load_pruned(path)
-        return model.eval(), BackboneSpec.from_dict(record["base"]), {"source": _display(path), "reference": True}
-    demo = yaml.safe_load(DEMO_CONFIG.read_text())["model"]
-    spec = BackboneSpec(demo["model_name"], False, None, dict(demo.get("model_kwargs") or {}))
-    torch.manual_seed(0)
-    warning = (f"{_display(path)} not found: the demo config's architecture with RANDOM weights; the accuracies "
-               "show that the pipeline runs, not what correction or fine-tuning recover on a trained model")
-    return load_backbone(spec).eval(), spec, {"source": "configs/prune/demo.yaml (random weights)", "reference": False,
-                                              "warning": warning}
-
-
-def _display(path: Path) -> str:
-    path = path.resolve()
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
-def elastic_scores(scores: Optional[str], model: torch.nn.Module, spec: BackboneSpec, dm: ClassificationDataModule,
-                   settings: Settings) -> tuple[ElasticScores, dict[str, Any]]:
-    """``--scores`` (a prune run directory or its elastic_scores.safetensors), else SSL-Fisher local scores."""
+def elastic_scores(scores: Optional[str], setup: PruneSetup, log: Progress) -> tuple[ElasticScores, dict[str, Any]]:
+    """``--scores`` (a prune run directory or its elastic_scores.safetensors), else the default prune.py scores."""
     started = time.perf_counter()
-    if scores is not None:
-        path = Path(scores)
-        path = path / "elastic_scores.safetensors" if path.is_dir() else path
-        loaded = ElasticScores.load(path)
-        loaded.check_model(model)  # same architecture and weights, or a clear error
-        searched = loaded.coefficients is not None
-        if not searched:
-            loaded.coefficients = initial_coefficients(len(loaded.head_scores), loaded.heads_per_block)
-        return loaded, {"source": _display(path), "searched": searched, "seconds": time.perf_counter() - started,
-                        "evaluations": loaded.search.get("evaluations")}
-    scorer = build_scorer("ssl_fisher", n_global=2, reduction="squared_sum")  # configs/prune/demo.yaml's scorer
-    scorer.setup(model)
-    for batch in dm.unlabeled_dataloader(views="multicrop", batch_size=settings.scoring_batch,
-                                         max_samples=settings.scoring_images):
-        scorer.update(batch)
-    scorer.reduce(lambda t: t)
-    local = scorer.compute()
-    model.eval()
-    blocks = len(local.heads)
-    heads_per_block = [len(h) for h in local.heads]
-    result = ElasticScores(local.heads, local.neurons, initial_coefficients(blocks, heads_per_block), spec.to_dict(),
-                           fingerprint(model))
-    return result, {"source": f"computed: ssl_fisher local scores on {settings.scoring_images} train images, "
-                              "initial coefficients (no search)", "searched": False,
-                    "seconds": time.perf_counter() - started}
+    if scores is None:
+        result, info = method_scores("ours", setup, 0, "initial", log, {})
+        return result, {"source": "computed: the default prune.py run (SSL Fisher + search)", **info,
+                        "seconds": time.perf_counter() - started}
+    path = Path(scores)
+    path = path / "elastic_scores.safetensors" if path.is_dir() else path
+    loaded = ElasticScores.load(path)
+    loaded.check_model(setup.model)  # same architecture and weights, or a clear error
+    if loaded.coefficients is None:
+        loaded.coefficients = initial_coefficients(len(loaded.head_scores), loaded.heads_per_block)
+    return loaded, {"source": display(path), "seconds": time.perf_counter() - started,
+                    "evaluations": loaded.search.get("evaluations")}
 
 
-def evaluate(model: torch.nn.Module, data, settings: Settings) -> dict[str, Any]:
-    started = time.perf_counter()
-    metrics = evaluate_classification(model, data.train, data.val, METRICS, knn_k=settings.knn_k, device="cpu")
-    return {**{k: metrics.get(k) for k, _ in REPORTED}, "eval_s": time.perf_counter() - started}
-
-
-def finetune(model: torch.nn.Module, subnet, spec: BackboneSpec, teacher_path: Path, workdir: Path,
+def finetune(model: torch.nn.Module, subnet, setup: PruneSetup, teacher_path: Path, workdir: Path,
              settings: Settings) -> tuple[torch.nn.Module, dict[str, Any]]:
     """(c): FinetuneModule(loss=both, distill=kl) on a pruned-checkpoint copy of ``model``, one short fit."""
     import pytorch_lightning as pl
 
     from snapvit_pl.lightning.finetune_module import FinetuneModule
 
-    checkpoint = save_pruned(model, workdir / "start", spec, subnet)
+    checkpoint = save_pruned(model, workdir / "start", setup.spec, subnet)
     torch.manual_seed(settings.seed)
     module = FinetuneModule(
         checkpoint=str(checkpoint), loss="both", distill="kl", distill_weight=settings.distill_weight,
@@ -181,13 +121,12 @@ def finetune(model: torch.nn.Module, subnet, spec: BackboneSpec, teacher_path: P
     seconds = time.perf_counter() - started
     metrics = trainer.callback_metrics
     info = {"finetune_s": seconds, "steps": trainer.global_step, "images": trainer.global_step * settings.finetune_batch,
-            "final_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
-            "final_ce": float(metrics["train/ce"]) if "train/ce" in metrics else None,
-            "final_distill": float(metrics["train/distill"]) if "train/distill" in metrics else None}
+            **{f"final_{k}": float(metrics[f"train/{k}"]) if f"train/{k}" in metrics else None
+               for k in ("loss", "ce", "distill")}}
     return module.model.eval(), info
 
 
-def run(settings: Settings, scores: Optional[str], checkpoint: Path, out_prefix: Path, quick: bool,
+def run(settings: Settings, scores: Optional[str], model_name: str, out_prefix: Path, quick: bool,
         threads: Optional[int]) -> dict[str, Any]:
     for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)  # no "GPU available" banner per fine-tune
@@ -195,24 +134,30 @@ def run(settings: Settings, scores: Optional[str], checkpoint: Path, out_prefix:
         warnings.filterwarnings("ignore", message=message)
     if threads:
         torch.set_num_threads(threads)
-    total_started = time.perf_counter()
-    model, spec, model_info = load_reference(checkpoint)
-    log(f"model: {model_info['source']}" + (f"\n  WARNING: {model_info['warning']}" if "warning" in model_info else ""))
-    dm = ClassificationDataModule(source="fashion_mnist", seed=settings.seed)
-    dm.configure_for_model(model)
-    elastic, scores_info = elastic_scores(scores, model, spec, dm, settings)
+    log = Progress()
+    setup = prune_setup(*model_overrides(model_name), *settings.overrides)
+    model, dm = setup.model, setup.datamodule
+    log(f"model: {display(MODELS[model_name])}")
+    elastic, scores_info = elastic_scores(scores, setup, log)
     log(f"scores: {scores_info['source']} ({scores_info['seconds']:.1f}s)")
 
     started = time.perf_counter()
-    data = build_data(model, METRICS, "fashion_mnist", "data", settings.knn_train, settings.knn_val, settings.eval_batch,
-                      seed=settings.seed, cache=True)
-    calibration = dm.unlabeled_images(settings.calibration_images, settings.correction_batch)
+    data = EvalData.from_datamodule(dm, settings.knn_train, settings.knn_val, 256)
+    data.train, data.val = list(data.train), list(data.val)
+    evaluation = Evaluation(EvaluationSettings(metrics=["knn", "linear", "head"], knn_k=settings.knn_k), data,
+                            torch.device("cpu"))
+    calibration = dm.unlabeled_images(settings.calibration_images, setup.correction.batch_size)
+    correction = Correction(replace(setup.correction, enabled=True, num_samples=settings.calibration_images), calibration)
     data_s = time.perf_counter() - started
-    log(f"data: {settings.knn_train}/{settings.knn_val} evaluation images, {len(calibration)} calibration images ({data_s:.1f}s)")
+    log(f"data: {settings.knn_train}/{len(data.val) and sum(len(b[1]) for b in data.val)} evaluation images, "
+        f"{len(calibration)} calibration images ({data_s:.1f}s)")
 
-    dense = {"params": count_params(model), "flops": count_flops(model), **evaluate(model, data, settings)}
+    def evaluate(m: torch.nn.Module) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        return {**{k: v for k, v in evaluation(m).items() if k in dict(REPORTED)}, "eval_s": time.perf_counter() - t0}
+
+    dense = {"params": sum(p.numel() for p in model.parameters()), **evaluate(model)}
     log("dense: " + _metrics_text(dense))
-    cost = CostModel(model)
     rows = []
     with tempfile.TemporaryDirectory(prefix="correction_finetune_") as tmp:
         teacher = Path(tmp) / "dense.safetensors"
@@ -221,66 +166,39 @@ def run(settings: Settings, scores: Optional[str], checkpoint: Path, out_prefix:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(teacher))
         for mlp_ratio, head_ratio in settings.pairs:
             label = f"({mlp_ratio:.2f}, {head_ratio:.2f})"
-            subnet, _, _ = elastic.subnet(Budget(mlp_ratio=mlp_ratio, head_ratio=head_ratio), cost)
-            row: dict[str, Any] = {"mlp_ratio": mlp_ratio, "head_ratio": head_ratio, "heads": subnet.head_counts,
-                                   "mlp_hidden": subnet.neuron_counts}
-
+            budget = [Budget(mlp_ratio=mlp_ratio, head_ratio=head_ratio)]
             started = time.perf_counter()
-            pruned = prune_(copy.deepcopy(model), subnet)
-            row["params"], row["flops"] = count_params(pruned), count_flops(pruned)
-            row["pruned"] = {"prune_s": time.perf_counter() - started, **evaluate(pruned, data, settings)}
+            (pruned,) = extract_models(model, elastic, budget, keep_models=True)
+            row: dict[str, Any] = {"mlp_ratio": mlp_ratio, "head_ratio": head_ratio, "heads": pruned.subnet.head_counts,
+                                   "mlp_hidden": pruned.subnet.neuron_counts, "params": pruned.params, "flops": pruned.flops}
+            row["pruned"] = {"prune_s": time.perf_counter() - started, **evaluate(pruned.model)}
             log(f"{label} (a) pruned: {_metrics_text(row['pruned'])}")
-            del pruned
 
-            started = time.perf_counter()
-            corrected = correct_and_prune(copy.deepcopy(model), subnet, calibration, batch_size=settings.correction_batch)
-            row["corrected"] = {"correction_s": time.perf_counter() - started, **evaluate(corrected, data, settings)}
+            (corrected,) = extract_models(model, elastic, budget, correction=correction, keep_models=True)
+            row["corrected"] = {"correction_s": corrected.correction["seconds"], **evaluate(corrected.model)}
             log(f"{label} (b) corrected in {row['corrected']['correction_s']:.1f}s: {_metrics_text(row['corrected'])}")
 
-            workdir = Path(tmp) / f"mlp{mlp_ratio:.2f}_head{head_ratio:.2f}"
-            tuned, info = finetune(corrected, subnet, spec, teacher, workdir, settings)
-            row["finetuned"] = {**info, **evaluate(tuned, data, settings)}
+            workdir = Path(tmp) / pruned.label
+            tuned, info = finetune(corrected.model, corrected.subnet, setup, teacher, workdir, settings)
+            row["finetuned"] = {**info, **evaluate(tuned)}
             log(f"{label} (c) fine-tuned {info['steps']} steps in {info['finetune_s']:.1f}s: {_metrics_text(row['finetuned'])}")
             rows.append(row)
-            del corrected, tuned
 
     report = {
         "benchmark": "benchmarks/correction_finetune.py", "quick": quick, "name": out_prefix.name,
-        "model": {**model_info, **spec.to_dict()}, "scores": scores_info, "settings": asdict(settings),
-        "machine": machine_info(), "data_s": data_s, "dense": dense, "pairs": rows,
-        "total_s": time.perf_counter() - total_started,
+        "model": {"source": display(MODELS[model_name]), **setup.spec.to_dict()}, "scores": scores_info,
+        "settings": asdict(settings), "machine": machine_info(), "data_s": data_s, "dense": dense, "pairs": rows,
+        "total_s": time.perf_counter() - log.start,
     }
-    out_prefix.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_prefix.with_suffix(".json"), _rounded(report))
+    write_json_atomic(out_prefix.with_suffix(".json"), rounded(report))
     write_text_atomic(out_prefix.with_suffix(".md"), markdown(report))
-    log(f"wrote {_display(out_prefix.with_suffix('.md'))} and .json (total {report['total_s']:.1f}s)")
+    log(f"wrote {display(out_prefix.with_suffix('.md'))} and .json (total {report['total_s']:.1f}s)")
     return report
 
 
 def _metrics_text(result: dict[str, Any]) -> str:
     values = ", ".join(f"{name} {pct(result.get(key))}" for key, name in REPORTED)
     return f"{values} (eval {result['eval_s']:.1f}s)"
-
-
-def pct(value: Optional[float]) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}"
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 4)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
-
-
-def machine_info() -> dict[str, Any]:
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "load_average_1m_at_end": load[0] if load else None,
-            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -296,7 +214,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['total_s'] / 60:.1f} min. Raw numbers: `{report['name']}.json`.",
         "",
         f"Model: {model['model_name']} from {model['source']}, {dense['params'] / 1e6:.3f}M params. "
-        f"Scores: {report['scores']['source']}. Fashion-MNIST top-1 (%) on {s['knn_val']} val images; k-NN "
+        f"Scores: {report['scores']['source']}. Fashion-MNIST top-1 (%) on {s['knn_val'] or 'all 10000'} test images; k-NN "
         f"(k={s['knn_k']}) and linear probe on {s['knn_train']} train images. (a) pruned, no retraining; "
         f"(b) `correct_and_prune` on {s['calibration_images']} calibration images; (c) (b) fine-tuned with "
         f"`FinetuneModule(loss=both, distill=kl)` for {finetune_what} (batch {s['finetune_batch']}, AdamW lr "
@@ -330,7 +248,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scores", default=None,
                         help="a prune run directory or its elastic_scores.safetensors (default: SSL-Fisher local scores)")
-    parser.add_argument("--checkpoint", default=str(REFERENCE), help="the dense model, pruned-checkpoint format")
+    parser.add_argument("--model", default="reference", help=f"a development model: {', '.join(MODELS)}")
     parser.add_argument("--quick", action="store_true", help="2 pairs, tiny sizes: checks that everything runs")
     parser.add_argument("--finetune-steps", type=int, default=None, help="optimizer steps instead of one epoch")
     parser.add_argument("--finetune-samples", type=int, default=None,
@@ -347,10 +265,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         settings = replace(settings, finetune_samples=args.finetune_samples or None)
     out = Path(args.out) if args.out else RESULTS / ("correction_finetune_quick" if args.quick else "correction_finetune")
     try:
-        run(settings, args.scores, Path(args.checkpoint), out, args.quick, args.threads or None)
+        run(settings, args.scores, args.model, out, args.quick, args.threads or None)
     except SnapViTError as err:  # e.g. scores of another model: one line, not a traceback
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return exit_with_error(err)
     return 0
 
 

@@ -13,7 +13,6 @@ Writes ``benchmarks/results/search_ablation.{md,json}``.
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 import time
 from dataclasses import replace
@@ -22,20 +21,15 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.compare_methods import (  # noqa: E402
-    PAIRS, REFERENCE, RESULTS, Progress, Settings, load_reference, local_scores, machine_info, round_floats,
-    search_snapshots,
-)
-from snapvit_pl.data import ClassificationDataModule  # noqa: E402
-from snapvit_pl.elastic import Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
-from snapvit_pl.evaluate import build_data, evaluate_model  # noqa: E402
+from benchmarks.common import RESULTS, Progress, machine_info, model_overrides, prune_setup, rounded  # noqa: E402
+from benchmarks.compare_methods import CachedEvaluation, Settings, evaluation_data, method_scores  # noqa: E402
+from snapvit_pl.elastic import PAPER_PAIRS, Budget  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
-from snapvit_pl.models import fingerprint, prune_  # noqa: E402
+from snapvit_pl.pipeline import EvaluationSettings, extract_models, search_snapshots  # noqa: E402
+from snapvit_pl.scoring import SSLFisher  # noqa: E402
 
-METRICS = ["knn", "linear", "head"]
 REPORTED = [("knn_top1", "k-NN"), ("linear_top1", "linear"), ("head_top1", "head")]
 
 
@@ -43,50 +37,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log = Progress()
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings = Settings.from_demo(quick=args.quick)
+    quick = ["--data.init_args.max_samples=64", "--search.num_images=64", "--search.pca_components=16"] if args.quick else []
     checkpoints = [0, 3, 6] if args.quick else [int(c) for c in args.evaluations.split(",")]
-    pairs = PAIRS[-1:] if args.quick else PAIRS[-3:]
-    knn_train, knn_val = (300, 100) if args.quick else (args.knn_train, args.knn_val)
-    model, spec, info = load_reference(Path(args.model))
-    model.eval()
-    dm = ClassificationDataModule(**dict(settings.data, seed=settings.seed))
-    dm.configure_for_model(model)
-    data = build_data(model, METRICS, dm.source, dm.root, knn_train, knn_val, settings.eval_batch, seed=settings.seed, cache=True)
-    cost, base, base_fingerprint = CostModel(model), spec.to_dict(), fingerprint(model)
+    pairs = PAPER_PAIRS[-1:] if args.quick else PAPER_PAIRS[-3:]
+    settings = Settings(models=[args.model], train_samples=300 if args.quick else args.knn_train,
+                        val_samples=100 if args.quick else args.knn_val)
+    setup = prune_setup(*model_overrides(args.model), *quick)
+    evaluation = CachedEvaluation(EvaluationSettings(metrics=["knn", "linear", "head"], train_samples=settings.train_samples,
+                                                     val_samples=settings.val_samples),
+                                  evaluation_data(setup, settings), device=torch.device("cpu"))
+    budgets = [Budget(mlp_ratio=m, head_ratio=h) for m, h in pairs]
     rows: list[dict[str, Any]] = []
 
-    def evaluate_at(method: str, local: ElasticScores, extra: dict[str, Any]) -> None:
-        for mlp_ratio, head_ratio in pairs:
-            subnet, _, _ = local.subnet(Budget(mlp_ratio=mlp_ratio, head_ratio=head_ratio), cost)
-            metrics = evaluate_model(prune_(copy.deepcopy(model), subnet), data, METRICS, settings.knn_k, device="cpu")
-            rows.append({"method": method, "pair": [mlp_ratio, head_ratio], **extra,
-                         **{k: metrics[k] for k, _ in REPORTED if k in metrics}})
-            log(f"{method} {extra} ({mlp_ratio}, {head_ratio}): "
-                + ", ".join(f"{name} {100 * metrics[k]:.1f}" for k, name in REPORTED if k in metrics))
+    def evaluate_at(method: str, scores, extra: dict[str, Any]) -> None:
+        for item in extract_models(setup.model, scores, budgets, evaluation=evaluation):
+            rows.append({"method": method, "pair": [item.mlp_ratio, item.head_ratio], **extra,
+                         **{k: item.metrics[k] for k, _ in REPORTED if k in item.metrics}})
+            log(f"{method} {extra} ({item.mlp_ratio}, {item.head_ratio}): "
+                + ", ".join(f"{name} {100 * item.metrics[k]:.1f}" for k, name in REPORTED if k in item.metrics))
 
-    initial = initial_coefficients(len(cost.num_heads), cost.num_heads, *settings.search["initial_range"])
     for reduction in args.reductions.split(","):
-        scores = local_scores("ssl_fisher", model, dm, replace(settings, scorer_args=dict(settings.scorer_args, reduction=reduction)))
-        local = ElasticScores(scores.heads, scores.neurons, None, base, base_fingerprint, settings.min_mlp_keep, settings.min_head_keep)
-        log(f"ssl_fisher reduction={reduction}: local scores done; xNES snapshots at {checkpoints}")
+        reduced = replace(setup, importance=replace(setup.importance, scorer=SSLFisher(setup.importance.scorer.n_global,
+                                                                                       reduction)))
+        scores, _ = method_scores("ssl_fisher", reduced, 0, "none", log, {})
+        images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
+        log(f"ssl_fisher reduction={reduction}: local scores done; search snapshots at {checkpoints}")
         for i, sigma in enumerate(float(s) for s in args.sigmas.split(",")):
-            search = dict(settings.search, sigma=sigma)
-            for evaluations, snapshot in search_snapshots(model, dm, local, search, checkpoints).items():
+            snapshots = search_snapshots(setup.model, images, scores, replace(setup.search, sigma=sigma), checkpoints)
+            for evaluations, snapshot in snapshots.items():
                 if evaluations == 0 and i > 0:
                     continue  # the initial coefficients do not depend on sigma
-                log(f"  sigma {sigma}, {evaluations} evaluations: fitness {snapshot['initial_fitness']:.4f} -> "
-                    f"{snapshot['best_fitness']:.4f}")
-                local.coefficients = snapshot["coefficients"]
-                evaluate_at("ssl_fisher", local, {"reduction": reduction, "sigma": sigma if evaluations else None,
-                                                  "evaluations": evaluations, "fitness": snapshot["best_fitness"]})
+                scores.coefficients = snapshot.coefficients
+                evaluate_at("ssl_fisher", scores, {"reduction": reduction, "sigma": sigma if evaluations else None,
+                                                   "evaluations": evaluations, "fitness": snapshot.best_fitness})
     for baseline in ([] if args.quick else args.baselines.split(",")):
-        scores = local_scores(baseline, model, dm, settings)
-        local = ElasticScores(scores.heads, scores.neurons, initial, base, base_fingerprint, settings.min_mlp_keep, settings.min_head_keep)
-        evaluate_at(baseline, local, {})
-    report = {"benchmark": "benchmarks/search_ablation.py", "quick": args.quick, "model": info, "pairs": pairs,
-              "knn_train": knn_train, "knn_val": knn_val, "search": settings.search, "machine": machine_info(),
-              "total_s": round(time.perf_counter() - log.start, 1), "rows": round_floats(rows)}
-    return report
+        scores, _ = method_scores(baseline, setup, 0, "initial", log, {})
+        evaluate_at(baseline, scores, {})
+    return {"benchmark": "benchmarks/search_ablation.py", "quick": args.quick, "model": {"source": args.model},
+            "pairs": [list(p) for p in pairs], "knn_train": settings.train_samples, "knn_val": settings.val_samples,
+            "search": setup.search.to_dict(), "machine": machine_info(), "total_s": round(time.perf_counter() - log.start, 1),
+            "rows": rounded(rows)}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -124,7 +114,7 @@ def main() -> None:
     parser.add_argument("--baselines", default="snip_magnitude,label_fisher", help="baselines evaluated alongside")
     parser.add_argument("--knn-train", type=int, default=10000)
     parser.add_argument("--knn-val", type=int, default=5000)
-    parser.add_argument("--model", default=str(REFERENCE))
+    parser.add_argument("--model", default="reference", help="a development model of benchmarks/common.py")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (1 avoids OpenMP contention on a busy machine)")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/search_ablation[_quick])")
     args = parser.parse_args()

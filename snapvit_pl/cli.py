@@ -1,11 +1,11 @@
 """Command-line entry points (LightningCLI) behind ``prune.py`` and ``train.py``.
 
 Errors the user can fix (:class:`snapvit_pl.errors.SnapViTError`) are printed as one line and
-exit with status 2; ``--verbose`` re-raises them with their traceback.
+exit with status 2 (:func:`snapvit_pl.errors.exit_with_error`); ``--verbose`` re-raises them with
+their traceback.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from .errors import ConfigError, SnapViTError
+from .errors import ConfigError, SnapViTError, exit_with_error
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PRUNE_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
@@ -35,14 +35,6 @@ def _pop_flag(argv: list[str], flag: str) -> bool:
     return present
 
 
-def _fail(err: BaseException, verbose: bool) -> int:
-    if verbose:
-        raise err
-    print(f"error: {err}", file=sys.stderr)
-    print("(run again with --verbose for the traceback)", file=sys.stderr)
-    return 2
-
-
 def check_run_dir(out_dir: Path, overwrite: bool) -> None:
     """Refuse to write into a run directory that already holds results, unless ``overwrite``."""
     existing = [name for name in RESULT_FILES if (out_dir / name).exists()]
@@ -53,13 +45,21 @@ def check_run_dir(out_dir: Path, overwrite: bool) -> None:
         )
 
 
-def _prune_cli(argv: list[str]):
+def prune_cli(argv: list[str]):
+    """``prune.py``'s LightningCLI, parsed and instantiated but not run.
+
+    ``cli.model`` (the :class:`PruningModule`), ``cli.datamodule``, ``cli.trainer`` and the stage settings
+    (``cli.config_init.importance``, ``.search``, ``.export``, ``.correction``, ``.evaluation``, ``.report``)
+    are what a ``python prune.py <argv>`` run uses; the benchmarks read their settings from here.
+    """
     from pytorch_lightning.cli import LightningCLI
 
-    from callbacks import EvaluationCallback, ExportCallback, ImportanceCallback, ReportCallback, SearchCallback
-
-    from .data import ClassificationDataModule, VisionDataModule
+    from .callbacks import ExportCallback, ImportanceCallback, ReportCallback, SearchCallback
+    from .data import VisionDataModule
     from .lightning.pruning_module import PruningModule
+    from .pipeline import (
+        CorrectionSettings, EvaluationSettings, ExportSettings, ImportanceSettings, ReportSettings, SearchSettings,
+    )
 
     class PruneCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
@@ -67,11 +67,11 @@ def _prune_cli(argv: list[str]):
                                 help="run directory (default: runs/prune/<timestamp>)")
             parser.add_argument("--overwrite", type=bool, default=False,
                                 help="replace the results of an earlier run in out_dir")
-            parser.add_lightning_class_args(ImportanceCallback, "importance")
-            parser.add_lightning_class_args(SearchCallback, "search")
-            parser.add_lightning_class_args(ExportCallback, "export")
-            parser.add_lightning_class_args(EvaluationCallback, "evaluation")
-            parser.add_lightning_class_args(ReportCallback, "report")
+            # The pipeline's settings, one group per stage (snapvit_pl.pipeline); the stage callbacks get them.
+            for key, settings in (("importance", ImportanceSettings), ("search", SearchSettings), ("export", ExportSettings),
+                                  ("correction", CorrectionSettings), ("evaluation", EvaluationSettings),
+                                  ("report", ReportSettings)):
+                parser.add_class_arguments(settings, key)
             parser.link_arguments("model.model_name", "data.init_args.model_name")
             parser.set_defaults({
                 "trainer.max_epochs": 1, "trainer.enable_checkpointing": False, "trainer.num_sanity_val_steps": 0,
@@ -96,11 +96,20 @@ def _prune_cli(argv: list[str]):
                     "init_args": {"save_dir": str(out_dir), "name": "tensorboard", "version": ""},
                 }
 
+        def instantiate_trainer(self, **kwargs):
+            trainer = super().instantiate_trainer(**kwargs)
+            c = self.config_init
+            trainer.callbacks[:0] = [  # the stages; they run at fixed hooks, so their order here does not matter
+                ImportanceCallback(c.importance), SearchCallback(c.search),
+                ExportCallback(c.export, c.correction, c.evaluation), ReportCallback(c.report),
+            ]
+            return trainer
+
     return PruneCLI(
         PruningModule, VisionDataModule, subclass_mode_data=True, run=False, args=argv, seed_everything_default=0,
         save_config_callback=None, parser_kwargs={"description": "Prune a pretrained ViT into an elastic family (SnapViT)."},
         trainer_defaults={}, auto_configure_optimizers=False,
-    ), ClassificationDataModule
+    )
 
 
 def _resume_args(argv: list[str]) -> tuple[list[str], Optional[Path]]:
@@ -134,14 +143,14 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
     from .lightning.resume import RESUME_FILE, load_resume_state, restore_callbacks
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = _pop_flag(argv, "--verbose") or bool(os.environ.get("SNAPVIT_VERBOSE"))
+    verbose = _pop_flag(argv, "--verbose")
     out_dir: Optional[Path] = None
     created = False
     try:
         argv, resume_dir = _resume_args(argv)
         if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv) and not {"-h", "--help"} & set(argv):
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
-        cli, _ = _prune_cli(argv)
+        cli = prune_cli(argv)
         out_dir = Path(cli.config.out_dir)
         created = not out_dir.exists()
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -154,7 +163,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
     except SnapViTError as err:
         if created and out_dir is not None and not (out_dir / RESUME_FILE).exists():
             shutil.rmtree(out_dir, ignore_errors=True)  # a run that failed on bad input leaves nothing behind
-        return _fail(err, verbose)
+        return exit_with_error(err, verbose)
     except (KeyboardInterrupt, SystemExit) as err:
         if isinstance(err, SystemExit) and err.code in (0, None):
             raise
@@ -189,13 +198,9 @@ def _train_cli(argv: list[str]):
 def train_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``train.py`` (LightningCLI subcommands ``fit``, ``validate``, ``test``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = _pop_flag(argv, "--verbose") or bool(os.environ.get("SNAPVIT_VERBOSE"))
+    verbose = _pop_flag(argv, "--verbose")
     try:
         _train_cli(argv)
     except SnapViTError as err:
-        return _fail(err, verbose)
+        return exit_with_error(err, verbose)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(prune_main())

@@ -27,3 +27,17 @@ class DataError(SnapViTError, ValueError):
 
 class ConfigError(SnapViTError, ValueError):
     """A command-line or YAML setting is invalid or conflicts with existing files."""
+
+
+def exit_with_error(err: BaseException, verbose: bool = False) -> int:
+    """The one error exit of every command line: print ``error: <message>`` as a single line and return
+    status 2, or re-raise ``err`` (with its traceback) when ``verbose`` (``--verbose``, ``SNAPVIT_VERBOSE=1``)."""
+    import os
+    import sys
+
+    if verbose or os.environ.get("SNAPVIT_VERBOSE"):
+        raise err
+
+    message = " ".join(str(err).split()) or type(err).__name__
+    print(f"error: {message}", file=sys.stderr)
+    return 2

@@ -16,29 +16,13 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-import torch
 from torch import nn
 
-from .errors import ConfigError, SnapViTError
-
-METRICS = ("knn", "linear", "head", "seg", "throughput")
-DEFAULT_METRICS = ("knn", "linear", "head", "throughput")
-CLASSIFICATION_METRICS = ("knn", "linear", "head")
-
-
-def parse_metrics(text: str | Sequence[str]) -> list[str]:
-    """``"knn,linear"`` (or a list) -> ``["knn", "linear"]``; ``ConfigError`` on an unknown or empty list."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    metrics = list(dict.fromkeys(m.strip().lower() for m in items if m.strip()))
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown or not metrics:
-        raise ConfigError(f"unknown metric(s) {', '.join(unknown) or '(none given)'}; choose from {','.join(METRICS)}")
-    return metrics
-
+from .errors import ConfigError, SnapViTError, exit_with_error
+from .eval.suite import DEFAULT_METRICS, METRICS, build_data, evaluate_model, parse_metrics
 
 def spec_from_config(path: str | Path):
     """The dense model of a ``prune.py`` / ``train.py`` YAML (its ``model:`` section) as a ``BackboneSpec``."""
@@ -70,138 +54,6 @@ def load_model(checkpoint: Optional[str | Path] = None, spec=None) -> tuple[nn.M
         return model, {"checkpoint": str(checkpoint), "base_model": record["base"]["model_name"],
                        "heads": record["heads"], "mlp_hidden": record["mlp_hidden"]}
     return load_backbone(spec), {"dense": spec.to_dict()}
-
-
-@dataclass
-class EvalData:
-    """Labeled batches an evaluation runs on: any iterables (DataLoaders, or lists of cached batches).
-
-    Attributes:
-        train, val: classification ``(images, labels)``: k-NN memory / probe training set, and the scored set.
-        seg_train, seg_val: segmentation ``(images, masks)`` for the patch-token probe.
-        seg_num_classes: segmentation classes (ignore value excluded).
-        seg_ignore_index: mask value left out of the loss and the metrics.
-    """
-
-    train: Optional[Iterable] = None
-    val: Optional[Iterable] = None
-    seg_train: Optional[Iterable] = None
-    seg_val: Optional[Iterable] = None
-    seg_num_classes: int = 0
-    seg_ignore_index: int = 255
-    num_classes: Optional[int] = None
-
-
-def build_data(
-    model: nn.Module,
-    metrics: Sequence[str],
-    source: str = "fashion_mnist",
-    root: str = "data",
-    train_samples: Optional[int] = 5000,
-    val_samples: Optional[int] = 2000,
-    batch_size: int = 256,
-    seg_source: str = "fashion_mnist",
-    seg_root: Optional[str] = None,
-    seg_train_samples: Optional[int] = 500,
-    seg_val_samples: Optional[int] = 200,
-    seed: int = 0,
-    num_workers: int = 0,
-    cache: bool = False,
-) -> EvalData:
-    """Seeded, class-balanced evaluation subsets in the model's input format (only those ``metrics`` need).
-
-    Args:
-        model: any model of the family evaluated (sets input size, channels, mean/std).
-        metrics: subset of :data:`METRICS`.
-        source, root: the ``ClassificationDataModule`` source and root.
-        train_samples, val_samples: classification subset sizes (None: the whole split).
-        batch_size: images per forward.
-        seg_source, seg_root: the ``SegmentationDataModule`` source and root (default ``root``).
-        seg_train_samples, seg_val_samples: segmentation subset sizes (None: the whole split).
-        seed: subset seed.
-        num_workers: DataLoader workers.
-        cache: decode every batch once and keep it in memory (for evaluating several models).
-    """
-    from .data import ClassificationDataModule, SegmentationDataModule
-
-    keep = list if cache else (lambda loader: loader)
-    data = EvalData()
-    if set(CLASSIFICATION_METRICS) & set(metrics):
-        dm = ClassificationDataModule(source=source, root=root, seed=seed, batch_size=batch_size, num_workers=num_workers)
-        dm.configure_for_model(model)
-        data.train = keep(dm.labeled_dataloader("train", train_samples, batch_size))
-        data.val = keep(dm.labeled_dataloader("val", val_samples, batch_size))
-        data.num_classes = dm.num_classes
-    if "seg" in metrics:
-        seg = SegmentationDataModule(source=seg_source, root=seg_root or root, seed=seed, batch_size=batch_size,
-                                     num_workers=num_workers)
-        seg.configure_for_model(model)
-        data.seg_train = keep(seg.labeled_dataloader("train", seg_train_samples, batch_size))
-        data.seg_val = keep(seg.labeled_dataloader("val", seg_val_samples, batch_size))
-        data.seg_num_classes, data.seg_ignore_index = seg.num_classes, seg.ignore_index
-    return data
-
-
-def evaluate_model(
-    model: nn.Module,
-    data: EvalData,
-    metrics: Sequence[str] = DEFAULT_METRICS,
-    knn_k: int = 20,
-    seg_epochs: int = 20,
-    throughput_batch: int = 64,
-    throughput_repeats: int = 20,
-    device: str | torch.device | None = None,
-    log: Optional[Callable[[str], None]] = None,
-) -> dict[str, Any]:
-    """Params, FLOPs and the requested metrics of one model (features extracted once per data set).
-
-    Returns:
-        a flat dict: ``params``, ``flops``, then e.g. ``knn_top1``, ``knn_top5``, ``linear_top1``,
-        ``head_top1``, ``seg_miou``, ``seg_pixel_accuracy``, ``throughput_images_per_s`` (fractions,
-        images/s), ``skipped`` (metric -> reason) and ``timings_s`` (stage -> seconds).
-    """
-    from .eval import measure_throughput, resolve_device
-    from .eval.suite import evaluate_classification, evaluate_segmentation
-    from .models import count_flops, count_params, input_shape
-
-    metrics = parse_metrics(metrics)
-    device = resolve_device(device)
-    log = log or (lambda message: None)
-    model.eval()
-    result: dict[str, Any] = {"params": count_params(model), "flops": count_flops(model)}
-    skipped: dict[str, str] = {}
-    timings: dict[str, float] = {}
-    classification = [m for m in CLASSIFICATION_METRICS if m in metrics]
-    model_classes = getattr(model, "num_classes", 0)
-    if "head" in classification and not model_classes:
-        classification.remove("head")
-        skipped["head"] = "the model has no classifier head (num_classes=0)"
-    elif "head" in classification and data.num_classes is not None and model_classes != data.num_classes:
-        classification.remove("head")
-        skipped["head"] = f"the head has {model_classes} classes but the data set {data.num_classes}"
-    if classification:
-        started = time.perf_counter()
-        result.update(evaluate_classification(model, data.train, data.val, classification, knn_k=knn_k, device=device))
-        timings["classification"] = time.perf_counter() - started
-        log(f"{'+'.join(classification)}: {timings['classification']:.1f}s")
-    if "seg" in metrics:
-        started = time.perf_counter()
-        result.update(evaluate_segmentation(model, data.seg_train, data.seg_val, data.seg_num_classes,
-                                            data.seg_ignore_index, seg_epochs, device))
-        timings["seg"] = time.perf_counter() - started
-        log(f"seg: {timings['seg']:.1f}s")
-    if "throughput" in metrics:
-        started = time.perf_counter()
-        measured = measure_throughput(model, input_shape(model), throughput_batch, warmup=max(1, throughput_repeats // 4),
-                                      repeats=throughput_repeats, device=device)
-        result.update(throughput_images_per_s=measured.images_per_second, throughput_batch_size=throughput_batch,
-                      throughput_device=measured.device)
-        timings["throughput"] = time.perf_counter() - started
-        log(f"throughput: {measured.images_per_second:.0f} images/s ({timings['throughput']:.1f}s)")
-    if skipped:
-        result["skipped"] = skipped
-    result["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
-    return result
 
 
 def _count(text: str) -> Optional[int]:
@@ -284,10 +136,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.out:
             write_json_atomic(args.out, report)
     except SnapViTError as err:
-        if args.verbose:
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return exit_with_error(err, args.verbose)
     print(json.dumps(report, indent=2))
     return 0
 

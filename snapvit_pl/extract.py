@@ -9,14 +9,13 @@ file); ``--checkpoint-path`` points at a local copy instead. Their fingerprint m
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
-from pathlib import Path
 from typing import Optional
 
 from .elastic import Budget, CostModel, ElasticScores
-from .errors import ConfigError, SnapViTError
-from .models import BackboneSpec, load_backbone, prune_, save_pruned
+from .errors import ConfigError, SnapViTError, exit_with_error
+from .models import BackboneSpec, load_backbone
+from .pipeline.extraction import extract_models
 
 
 def parse_budget(text: str) -> Budget:
@@ -45,28 +44,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         budgets = [parse_budget(b) for b in args.budget]
         scores = ElasticScores.load(args.scores)
+        if not scores.base.get("model_name"):
+            raise ConfigError(f"{args.scores} does not record how to build its base model (scores from fit_elastic "
+                              "without spec=); cut models in Python with scores.extract(model, ...)")
         spec = BackboneSpec.from_dict(scores.base)
         if args.checkpoint_path:
             spec = BackboneSpec(spec.model_name, False, args.checkpoint_path, spec.model_kwargs)
         base = load_backbone(spec)
         scores.check_model(base)
-        cost = CostModel(base)
-        for budget in budgets:
-            subnet, mlp_ratio, head_ratio = scores.subnet(budget, cost, args.mlp_multiple)
-            path = Path(args.out) / budget.label()
-            model = prune_(copy.deepcopy(base), subnet)
-            save_pruned(model, path, spec, subnet, overwrite=args.overwrite, extra={
-                "budget": {k: v for k, v in vars(budget).items() if v is not None}, "mlp_ratio": mlp_ratio,
-                "head_ratio": head_ratio, "params": cost.params(subnet), "flops": cost.flops(subnet),
-                "base_fingerprint": scores.fingerprint,
-            })
-            print(f"{path}: mlp_ratio {mlp_ratio:.3f}, head_ratio {head_ratio:.3f}, "
-                  f"{cost.params(subnet) / cost.dense_params:.1%} params, {cost.flops(subnet) / cost.dense_flops:.1%} FLOPs")
+        dense = CostModel(base)
+
+        def report(item) -> None:
+            print(f"{item.checkpoint}: mlp_ratio {item.mlp_ratio:.3f}, head_ratio {item.head_ratio:.3f}, "
+                  f"{item.params / dense.dense_params:.1%} params, {item.flops / dense.dense_flops:.1%} FLOPs")
+
+        extract_models(base, scores, budgets, mlp_multiple=args.mlp_multiple, save_dir=args.out, spec=spec,
+                       overwrite=args.overwrite, cost=dense, on_model=report)
     except (SnapViTError, FileExistsError) as err:
-        if args.verbose:
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return exit_with_error(err, args.verbose)
     return 0
 
 

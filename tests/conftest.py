@@ -9,6 +9,31 @@ sys.path.insert(0, str(Path(__file__).parent / "models"))
 
 
 @pytest.fixture(autouse=True)
-def _seed_and_threads():
+def _seed_and_one_thread():
+    """Seeded, and one intra-op thread: the models here are tiny, so one thread is as fast, and immune to
+    OpenMP spin-waits on a busy 2-core machine (measured under load: 9 s with one thread against 90 s with two)."""
     torch.manual_seed(0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
+    torch.set_num_threads(before)
+
+
+TINY_MODEL = [  # random weights: the shipped reference checkpoint has another width
+    "--model.checkpoint_path=null", "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2", "--model.model_kwargs.num_heads=4",
+]
+
+
+@pytest.fixture
+def tiny_prune_args(tmp_path):
+    """Command-line overrides that shrink the demo config to a few seconds of work."""
+    return [
+        "--out_dir", str(tmp_path / "run"), *TINY_MODEL,
+        "--data.init_args.max_samples=48", "--data.init_args.batch_size=16",
+        "--data.init_args.n_local_views=2",
+        "--search.max_evaluations=4", "--search.num_images=32", "--search.batch_size=32", "--search.pca_components=8",
+        "--export.budgets=[{mlp_ratio: 0.35, head_ratio: 0.25}, {flops: 0.6}]",
+        "--evaluation.train_samples=100", "--evaluation.val_samples=50", "--evaluation.knn_k=5",
+        "--report.print_table=false",
+        "--trainer.enable_progress_bar=false", "--trainer.logger=true",
+    ]

@@ -1,6 +1,6 @@
 """DataModules and transforms: labeled classification/segmentation data for evaluation, unlabeled
 plain and multi-crop views for pruning."""
-from snapvit_pl.data.base import (
+from .base import (
     DeferredDataLoader,
     EpochSeededSampler,
     MappedDataset,
@@ -10,25 +10,27 @@ from snapvit_pl.data.base import (
     read_image,
     seeded_rngs,
 )
-from snapvit_pl.data.classification import ClassificationDataModule
-from snapvit_pl.data.fashion_mnist import (
+from .classification import ClassificationDataModule
+from .fashion_mnist import (
     DEBIAN_FASHION_MNIST_DIR,
     FashionMNIST,
     FashionMNISTSegmentation,
     find_fashion_mnist,
     read_idx,
 )
-from snapvit_pl.data.segmentation import SegmentationDataModule, SegmentationPairs
-from snapvit_pl.data.transforms import (
+from .segmentation import SegmentationDataModule, SegmentationPairs
+from .transforms import (
+    BatchMultiCrop,
     ConvertChannels,
     MultiCropTransform,
     SegmentationTransform,
     classification_transform,
     resolve_input_config,
 )
-from snapvit_pl.errors import DataError
+from ..errors import DataError
 
 __all__ = [
+    "BatchMultiCrop",
     "ClassificationDataModule",
     "ConvertChannels",
     "DEBIAN_FASHION_MNIST_DIR",

@@ -16,8 +16,10 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-from snapvit_pl.data.transforms import MultiCropTransform, resolve_input_config
-from snapvit_pl.errors import DataError
+from .transforms import (
+    GLOBAL_CROP_SCALE, LOCAL_CROP_SCALE, N_GLOBAL_VIEWS, N_LOCAL_VIEWS, MultiCropTransform, resolve_input_config,
+)
+from ..errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -255,10 +257,10 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         train_views: Literal["labeled", "plain", "multicrop"] = "labeled",
         model_name: Optional[str] = None,
         data_config: Optional[dict[str, Any]] = None,
-        n_global_views: int = 2,
-        n_local_views: int = 10,
-        global_crop_scale: tuple[float, float] = (0.25, 1.0),
-        local_crop_scale: tuple[float, float] = (0.05, 0.25),
+        n_global_views: int = N_GLOBAL_VIEWS,
+        n_local_views: int = N_LOCAL_VIEWS,
+        global_crop_scale: tuple[float, float] = GLOBAL_CROP_SCALE,
+        local_crop_scale: tuple[float, float] = LOCAL_CROP_SCALE,
         multicrop_color_jitter: float = 0.0,
     ):
         super().__init__()

@@ -4,17 +4,17 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Sequence
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torchvision.datasets
 from torch.utils.data import Dataset, Subset
 from torchvision.datasets import ImageFolder
 
-from snapvit_pl.data.base import TransformImage, VisionDataModule, dataset_targets, read_image
-from snapvit_pl.data.fashion_mnist import FashionMNIST, download_fashion_mnist
-from snapvit_pl.data.transforms import check_augment_args, classification_transform
-from snapvit_pl.errors import DataError
+from .base import TransformImage, VisionDataModule, dataset_targets, read_image
+from .fashion_mnist import FashionMNIST, download_fashion_mnist
+from .transforms import check_augment_args, classification_transform
+from ..errors import DataError
 
 FOLDER_LAYOUT = ("root/train/<class>/<image> and root/val/<class>/<image>, "
                  "or root/<class>/<image> with val_split")

@@ -13,7 +13,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets import FashionMNIST as TorchvisionFashionMNIST
 
-from snapvit_pl.errors import DataError
+from ..errors import DataError
 
 DEBIAN_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_CLASSES = list(TorchvisionFashionMNIST.classes)

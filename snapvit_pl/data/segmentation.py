@@ -12,10 +12,10 @@ from torch.utils.data import Dataset
 from torchvision.datasets import VOCSegmentation
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from snapvit_pl.data.base import VisionDataModule, read_image
-from snapvit_pl.data.fashion_mnist import FashionMNIST, FashionMNISTSegmentation, download_fashion_mnist
-from snapvit_pl.data.transforms import SegmentationTransform
-from snapvit_pl.errors import DataError
+from .base import VisionDataModule, read_image
+from .fashion_mnist import FashionMNIST, FashionMNISTSegmentation, download_fashion_mnist
+from .transforms import SegmentationTransform
+from ..errors import DataError
 
 ADE20K_LAYOUT = ("root/ADEChallengeData2016/images/{training,validation}/*.jpg with masks in "
                  "annotations/{training,validation}/*.png; download "

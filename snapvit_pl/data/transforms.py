@@ -16,7 +16,12 @@ from torchvision import transforms as T
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from snapvit_pl.errors import DataError
+from ..errors import DataError
+
+#: SnapViT's multi-crop views (METHOD section 1): 2 global crops of 25-100% and 10 local crops of 5-25% of the image.
+N_GLOBAL_VIEWS, N_LOCAL_VIEWS = 2, 10
+GLOBAL_CROP_SCALE: tuple[float, float] = (0.25, 1.0)
+LOCAL_CROP_SCALE: tuple[float, float] = (0.05, 0.25)
 
 _APPLIED_AFTER_TIMM = ("input_size", "img_size", "in_chans", "mean", "std")
 
@@ -159,8 +164,8 @@ class MultiCropTransform:
     Returns (when called on a PIL image): tensor [n_global + n_local, C, H, W], normalised.
     """
 
-    def __init__(self, config: Mapping[str, Any], n_global: int = 2, n_local: int = 10,
-                 global_scale: tuple[float, float] = (0.25, 1.0), local_scale: tuple[float, float] = (0.05, 0.25),
+    def __init__(self, config: Mapping[str, Any], n_global: int = N_GLOBAL_VIEWS, n_local: int = N_LOCAL_VIEWS,
+                 global_scale: tuple[float, float] = GLOBAL_CROP_SCALE, local_scale: tuple[float, float] = LOCAL_CROP_SCALE,
                  color_jitter: float = 0.0):
         if n_global + n_local < 1:
             raise DataError(f"multi-crop needs at least one view, got n_global={n_global}, n_local={n_local}; "
@@ -184,6 +189,63 @@ class MultiCropTransform:
         views = [self.global_crop(image) for _ in range(self.n_global)]
         views += [self.local_crop(image) for _ in range(self.n_local)]
         return torch.stack(views)
+
+
+class BatchMultiCrop:
+    """Multi-crop views of a batch of already-normalised image tensors, seeded per image.
+
+    The tensor counterpart of :class:`MultiCropTransform` for callers that hold plain batches
+    ``[B, C, H, W]`` (e.g. :func:`snapvit_pl.fit_elastic` given a plain DataLoader): every view is a
+    random resized crop of the image, resized back to ``H x W`` (bilinear; resizing commutes with the
+    per-channel normalisation). Image ``i`` of the ``n``-th image seen gets crops seeded by
+    ``(seed, n)``, so the views do not depend on the batching.
+
+    Args:
+        n_global, n_local, global_scale, local_scale: as for :class:`MultiCropTransform`.
+        seed: base seed of the crops.
+
+    Returns (when called): ``[B, n_global + n_local, C, H, W]``.
+    """
+
+    def __init__(self, n_global: int = N_GLOBAL_VIEWS, n_local: int = N_LOCAL_VIEWS,
+                 global_scale: tuple[float, float] = GLOBAL_CROP_SCALE, local_scale: tuple[float, float] = LOCAL_CROP_SCALE,
+                 seed: int = 0):
+        if n_global + n_local < 1:
+            raise DataError(f"multi-crop needs at least one view, got n_global={n_global}, n_local={n_local}")
+        self.scales = [tuple(global_scale)] * n_global + [tuple(local_scale)] * n_local
+        self.seed, self.seen = seed, 0
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if images.dim() != 4:
+            raise DataError(f"BatchMultiCrop takes plain batches [B, C, H, W], got shape {tuple(images.shape)}")
+        size = list(images.shape[-2:])
+        batch = []
+        for image in images:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.seen)
+            self.seen += 1
+            views = []
+            for scale in self.scales:
+                top, left, height, width = _crop_params(size, scale, generator)
+                views.append(v2.functional.resized_crop(image, top, left, height, width, size, antialias=True))
+            batch.append(torch.stack(views))
+        return torch.stack(batch)
+
+
+def _crop_params(size: list[int], scale: tuple[float, float], generator: torch.Generator,
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop parameters (area in ``scale``, aspect in ``ratio``) from ``generator``."""
+    height, width = size
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
+        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=generator)).item()
+        w, h = int(round((target * aspect) ** 0.5)), int(round((target / aspect) ** 0.5))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(torch.randint(0, height - h + 1, (1,), generator=generator))
+            left = int(torch.randint(0, width - w + 1, (1,), generator=generator))
+            return top, left, h, w
+    return 0, 0, height, width  # fallback: the whole image
 
 
 class SegmentationTransform:

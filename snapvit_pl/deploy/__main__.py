@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..errors import SnapViTError
+from ..errors import SnapViTError, exit_with_error
 from ..eval.throughput import measure_throughput
 from ..models import input_shape, load_pruned
 from .onnx import check_onnx, export_onnx, onnx_throughput
@@ -38,10 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model, _ = load_pruned(args.checkpoint)
         path = export_onnx(model, args.out, opset=args.opset)
     except SnapViTError as err:
-        if args.verbose:
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return exit_with_error(err, args.verbose)
     print(f"wrote {path} (opset {args.opset}, dynamic batch)")
     if args.check:
         diff = check_onnx(model, path, batch_size=args.batch_size)

@@ -18,9 +18,12 @@ from torch import nn
 from ..errors import PruningSpecError
 from ..models.cost import count_params, flop_counts
 from ..models.units import Subnet, UnitGroup, iter_slots, prunable_blocks
-from .ranking import check_ratio, min_kept, select_subnet
+from .ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP, check_ratio, min_kept, select_subnet
 
 HEAD_LAG = 0.15  # head_ratio = mlp_ratio - HEAD_LAG along the schedule
+
+#: The paper's evaluated (mlp_ratio, head_ratio) pairs: roughly 10-60% of the backbone's parameters removed.
+PAPER_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.25, 0.1), (0.35, 0.2), (0.45, 0.3), (0.55, 0.4), (0.65, 0.5))
 
 
 @dataclass
@@ -58,11 +61,20 @@ class Budget:
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise PruningSpecError(f"{key}={value} must be a positive count or a fraction in (0, 1]")
 
+    def to_dict(self) -> dict[str, float]:
+        """The fields that are set, e.g. ``{"flops": 0.5}`` (inverse: ``Budget(**d)``)."""
+        return {k: v for k, v in vars(self).items() if v is not None}
+
     def label(self) -> str:
         """A short name, e.g. ``mlp0.35_head0.20`` or ``flops0.5``."""
         if self.mlp_ratio is not None or self.head_ratio is not None:
             return f"mlp{self.mlp_ratio or 0:.2f}_head{self.head_ratio or 0:.2f}"
         return "_".join(f"{k}{getattr(self, k):g}" for k in ("sparsity", "params", "flops") if getattr(self, k) is not None)
+
+
+def paper_budgets() -> list[Budget]:
+    """The paper's six (mlp_ratio, head_ratio) pairs as budgets (the default export)."""
+    return [Budget(mlp_ratio=m, head_ratio=h) for m, h in PAPER_PAIRS]
 
 
 class CostModel:
@@ -107,6 +119,7 @@ class CostModel:
         return max(max(per_head), max(per_neuron))
 
 
+
 def _unit_params(group: UnitGroup) -> int:
     """Parameters owned by the units of a group (buffers such as EVA's k_bias do not count)."""
     return sum(t.numel() for _, t in iter_slots(group) if isinstance(t, nn.Parameter))
@@ -126,8 +139,8 @@ def resolve(
     head_scores: Sequence[torch.Tensor],
     neuron_scores: Sequence[torch.Tensor],
     cost: CostModel | None = None,
-    min_mlp_keep: float = 0.05,
-    min_head_keep: float = 0.2,
+    min_mlp_keep: float = MIN_MLP_KEEP,
+    min_head_keep: float = MIN_HEAD_KEEP,
     mlp_multiple: int = 1,
 ) -> tuple[Subnet, float, float]:
     """Turn a budget into ``(subnet, mlp_ratio, head_ratio)`` for the given unit scores.

@@ -9,6 +9,10 @@ import torch
 from ..errors import PruningSpecError
 from ..models.units import Subnet
 
+#: Share of each block's MLP neurons / heads that is never pruned (METHOD section 3): the defaults everywhere.
+MIN_MLP_KEEP = 0.05
+MIN_HEAD_KEEP = 0.2
+
 
 def check_ratio(value: float, name: str) -> float:
     """Validate a prune ratio: a fraction of units to remove, in [0, 1)."""
@@ -70,8 +74,8 @@ def select_subnet(
     neuron_scores: Sequence[torch.Tensor],
     mlp_ratio: float,
     head_ratio: float,
-    min_mlp_keep: float = 0.05,
-    min_head_keep: float = 0.2,
+    min_mlp_keep: float = MIN_MLP_KEEP,
+    min_head_keep: float = MIN_HEAD_KEEP,
     mlp_multiple: int = 1,
 ) -> Subnet:
     """Keep the highest-scoring units: prune ``mlp_ratio`` of all neurons and ``head_ratio`` of all heads.
@@ -84,8 +88,8 @@ def select_subnet(
         neuron_scores: per block, one score per MLP hidden neuron.
         mlp_ratio: fraction of all MLP neurons to remove, in [0, 1).
         head_ratio: fraction of all heads to remove, in [0, 1).
-        min_mlp_keep: fraction of each block's neurons always kept (METHOD: 0.05).
-        min_head_keep: fraction of each block's heads always kept (METHOD: 0.2).
+        min_mlp_keep: fraction of each block's neurons always kept (:data:`MIN_MLP_KEEP`).
+        min_head_keep: fraction of each block's heads always kept (:data:`MIN_HEAD_KEEP`).
         mlp_multiple: round each block's MLP width to a multiple of this (e.g. 8 or 16 for
             hardware-friendly shapes); 1 disables rounding.
 

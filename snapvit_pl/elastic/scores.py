@@ -6,6 +6,7 @@ summary). No pickles; written atomically.
 """
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +20,10 @@ from torch import nn
 from ..errors import CheckpointError
 from ..io import atomic_path
 from ..models.loading import fingerprint
+from ..models.surgery import prune_
 from ..models.units import Subnet, prunable_blocks
 from .budget import Budget, CostModel, resolve
+from .ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 
 FORMAT = "snapvit-pl/elastic-scores"
 VERSION = 1
@@ -66,8 +69,8 @@ class ElasticScores:
     coefficients: Optional[torch.Tensor] = None
     base: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
-    min_mlp_keep: float = 0.05
-    min_head_keep: float = 0.2
+    min_mlp_keep: float = MIN_MLP_KEEP
+    min_head_keep: float = MIN_HEAD_KEEP
     settings: dict[str, Any] = field(default_factory=dict)
     search: dict[str, Any] = field(default_factory=dict)
 
@@ -92,6 +95,25 @@ class ElasticScores:
         """``(subnet, mlp_ratio, head_ratio)`` meeting ``budget`` (see :func:`.budget.resolve`)."""
         heads, neurons = self.unified(coefficients)
         return resolve(budget, heads, neurons, cost, self.min_mlp_keep, self.min_head_keep, mlp_multiple)
+
+    def extract(
+        self, model: nn.Module, budget: Budget | None = None, mlp_multiple: int = 1, verify_fingerprint: bool = True,
+        **budget_fields: float,
+    ) -> nn.Module:
+        """A physically pruned copy of ``model`` (the base these scores belong to) at a budget.
+
+        Example: ``small = scores.extract(model, flops=0.5)``; the base model is left intact.
+
+        Args:
+            model: the dense base model.
+            budget: a :class:`Budget`, or give its fields as keywords (``flops=0.5``, ``sparsity=0.4``, ...).
+            mlp_multiple: round MLP widths to this multiple (8/16 for hardware-friendly shapes).
+            verify_fingerprint: check that ``model`` holds the weights the scores were computed on.
+        """
+        budget = budget if budget is not None else Budget(**budget_fields)
+        self.check_model(model, verify_fingerprint)
+        subnet = self.subnet(budget, CostModel(model), mlp_multiple)[0]
+        return prune_(copy.deepcopy(model), subnet)
 
     def check_model(self, model: nn.Module, verify_fingerprint: bool = True) -> None:
         """Raise ``CheckpointError`` if ``model`` is not the base model these scores were computed for."""

@@ -1,6 +1,5 @@
 """One-pass feature extraction (pooled embeddings and/or patch tokens) from timm ViTs."""
 
-import contextlib
 from dataclasses import dataclass
 from typing import Iterable, Optional, Union
 
@@ -8,28 +7,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-
-def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:
-    """The given device, else CUDA when available, else CPU."""
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def autocast_context(device: torch.device, precision: str = "auto"):
-    """Autocast context for a precision choice.
-
-    Args:
-        device: device the forward runs on.
-        precision: "auto" (bf16 autocast on CUDA, fp32 elsewhere: CPU bf16 autocast is several
-            times slower than fp32 on common CPUs), "bf16" (autocast on any device) or "32".
-    """
-    if precision not in ("auto", "bf16", "32"):
-        raise ValueError(f"precision must be 'auto', 'bf16' or '32', got {precision!r}")
-    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    if use_bf16:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+from ..device import autocast_context, resolve_device
 
 
 def patch_grid_size(model: nn.Module, image_size: tuple[int, int]) -> tuple[int, int]:

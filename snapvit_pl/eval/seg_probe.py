@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassJaccardIndex
 
-from snapvit_pl.eval.features import resolve_device
+from ..device import resolve_device
 
 
 def tokens_to_feature_map(features: Tensor, grid_size: Optional[tuple[int, int]] = None) -> Tensor:

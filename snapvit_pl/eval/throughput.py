@@ -8,7 +8,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import nn
 
-from snapvit_pl.eval.features import autocast_context, resolve_device
+from ..device import autocast_context, resolve_device, synchronize
 
 
 @dataclass
@@ -60,7 +60,7 @@ def measure_throughput(
     model.to(device).eval()
     inputs = torch.randn(batch_size, *input_shape, device=device)
     if on_cuda:
-        torch.cuda.synchronize(device)
+        synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     timings = []
     try:
@@ -68,8 +68,7 @@ def measure_throughput(
             for iteration in range(warmup + repeats):
                 start = time.perf_counter()
                 model(inputs)
-                if on_cuda:
-                    torch.cuda.synchronize(device)
+                synchronize(device)
                 if iteration >= warmup:
                     timings.append(time.perf_counter() - start)
     finally:

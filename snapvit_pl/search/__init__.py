@@ -1,5 +1,5 @@
 """Search of the global (cross-block) importance coefficients."""
 
-from snapvit_pl.search.xnes import XNES, default_learning_rate, default_popsize, xnes_utilities
+from .xnes import XNES, default_learning_rate, default_popsize, xnes_utilities
 
 __all__ = ["XNES", "default_learning_rate", "default_popsize", "xnes_utilities"]

@@ -1,13 +1,13 @@
 """The search objective: how far pruned embeddings drift from the dense model's, in PCA space."""
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Sequence
 
 import torch
 from torch import nn
 
+from ..device import autocast_context, synchronize
 from ..elastic.budget import Budget
 from ..elastic.scores import ElasticScores
 from ..models.embedding import embed
@@ -16,12 +16,6 @@ from ..models.units import prunable_blocks
 
 #: (mlp_ratio, head_ratio) pairs optimised jointly (METHOD section 2).
 DEFAULT_SPARSITY_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.35, 0.2), (0.55, 0.4), (0.65, 0.5))
-
-
-def autocast_for(device: torch.device | str) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA; plain fp32 elsewhere (bf16 autocast is several times slower on CPUs)."""
-    device = torch.device(device)
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
 
 
 class PCAProjection:
@@ -80,10 +74,9 @@ class EmbeddingFitness:
     def embed(self) -> torch.Tensor:
         """Embeddings of all images under the model's current (dense or gathered) weights."""
         start = time.perf_counter()
-        with autocast_for(self.device):
+        with autocast_context(self.device):
             out = torch.cat([embed(self.model, batch).float() for batch in self.images.split(self.batch_size)])
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        synchronize(self.device)
         self.forward_seconds += time.perf_counter() - start
         return out
 

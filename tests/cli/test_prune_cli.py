@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from snapvit_pl.cli import _prune_cli, prune_main
+from snapvit_pl.cli import prune_cli, prune_main
 from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT
 from snapvit_pl.models import BackboneSpec, count_params, fingerprint, load_backbone, load_pruned
 
@@ -90,7 +90,7 @@ def test_invalid_configuration_names_the_key(tmp_path, override, key):
 
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "prune").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_prune_config_instantiates(config, tmp_path):
-    cli, _ = _prune_cli([
+    cli = prune_cli([
         "--config", str(config), "--out_dir", str(tmp_path / "run"), "--model.pretrained=false", "--model.checkpoint_path=null",
         "--model.model_kwargs.depth=1", "--trainer.logger=false",
     ])
@@ -99,8 +99,8 @@ def test_every_prune_config_instantiates(config, tmp_path):
 
 
 def test_default_config_prunes_the_shipped_reference_model(tmp_path):
-    cli, _ = _prune_cli(["--config", str(ROOT / "configs" / "prune" / "demo.yaml"), "--out_dir", str(tmp_path / "run"),
+    cli = prune_cli(["--config", str(ROOT / "configs" / "prune" / "demo.yaml"), "--out_dir", str(tmp_path / "run"),
                          "--trainer.logger=false"])
     reference, record = load_pruned(ROOT / "assets" / "reference_vit_fmnist")
-    assert cli.model.base_fingerprint == fingerprint(reference)
+    assert cli.model.state.fingerprint == fingerprint(reference)
     assert record["heads"] == [6] * 6 and record["extra"]["metrics"]["val/accuracy"] > 0.85

@@ -86,3 +86,15 @@ def test_datamodules_build_from_yaml(classification_tree):
     assert isinstance(data, ClassificationDataModule) and isinstance(seg, SegmentationDataModule)
     assert data.input_config["input_size"] == (3, 32, 32) and len(data.dataset("train")) == 6
     assert seg.download and seg.num_classes == 21 and seg.ignore_index == 255
+
+
+def test_batch_multicrop_views_depend_on_the_image_order_only():
+    from snapvit_pl.data import BatchMultiCrop
+
+    images = torch.randn(6, 1, 20, 20, generator=torch.Generator().manual_seed(0))
+    whole = BatchMultiCrop(n_global=2, n_local=3, seed=4)(images)
+    crop = BatchMultiCrop(n_global=2, n_local=3, seed=4)
+    pieces = torch.cat([crop(images[:4]), crop(images[4:])])
+    assert whole.shape == (6, 5, 1, 20, 20) and torch.equal(whole, pieces)
+    identity = BatchMultiCrop(n_global=1, n_local=0, global_scale=(1.0, 1.0), seed=0)
+    torch.testing.assert_close(identity(images)[:, 0], images)  # a crop of the whole image, resized to itself

@@ -218,3 +218,10 @@ def test_follows_the_model_to_another_device_or_parameter_set():
         model.blocks[0].attn.qkv.weight = torch.nn.Parameter(model.blocks[0].attn.qkv.weight.clone())
     scorer.update(x)
     assert torch.equal(scorer.compute().heads[0], expected.heads[0])
+
+
+def test_self_supervised_scorers_expect_the_global_views_the_data_makes():
+    from snapvit_pl.data.transforms import N_GLOBAL_VIEWS
+    from snapvit_pl.scoring import SNIPMagnitude, SSLFisher
+
+    assert SSLFisher().n_global == SNIPMagnitude().n_global == N_GLOBAL_VIEWS

@@ -1,0 +1,106 @@
+"""What the benchmarks share: the models they run on, the settings ``prune.py`` would use, the run record.
+
+The settings come from ``configs/prune/demo.yaml`` through ``prune.py``'s own parser
+(:func:`prune_setup`), so a benchmark measures what ``python prune.py`` ships.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # snapvit_pl when run as a script from a checkout
+
+from snapvit_pl.cli import DEFAULT_PRUNE_CONFIG, prune_cli  # noqa: E402
+from snapvit_pl.models import BackboneSpec  # noqa: E402
+from snapvit_pl.pipeline import (  # noqa: E402
+    CorrectionSettings, EvaluationSettings, ExportSettings, ImportanceSettings, SearchSettings,
+)
+
+RESULTS = ROOT / "benchmarks" / "results"
+#: The development models (trained by this project, shipped in assets/): name -> checkpoint directory.
+MODELS = {
+    "reference": ROOT / "assets" / "reference_vit_fmnist",
+    "dev_p7": ROOT / "assets" / "dev_vit_fmnist_p7",
+}
+
+
+@dataclass
+class PruneSetup:
+    """The objects ``python prune.py <overrides>`` runs with (model, data, every stage's settings)."""
+
+    model: torch.nn.Module
+    spec: BackboneSpec
+    datamodule: Any
+    importance: ImportanceSettings
+    search: SearchSettings
+    export: ExportSettings
+    correction: CorrectionSettings
+    evaluation: EvaluationSettings
+
+
+def model_overrides(name: str) -> list[str]:
+    """``prune.py`` overrides that load development model ``name`` (its architecture and weights)."""
+    record = json.loads((MODELS[name] / "architecture.json").read_text())
+    kwargs = record["base"]["model_kwargs"]
+    return [f"--model.model_name={record['base']['model_name']}", "--model.pretrained=false",
+            f"--model.checkpoint_path={MODELS[name] / 'model.safetensors'}", f"--model.model_kwargs={json.dumps(kwargs)}"]
+
+
+def prune_setup(*overrides: str, config: Path = DEFAULT_PRUNE_CONFIG) -> PruneSetup:
+    """Parse ``config`` plus ``overrides`` exactly as ``prune.py`` does and return what it would run with."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cli = prune_cli(["--config", str(config), "--out_dir", tmp, "--trainer.logger=false", *overrides])
+    c = cli.config_init
+    cli.model.backbone.eval()
+    cli.datamodule.configure_for_model(cli.model.backbone)
+    return PruneSetup(cli.model.backbone, cli.model.spec, cli.datamodule, c.importance, c.search, c.export, c.correction,
+                      c.evaluation)
+
+
+class Progress:
+    """One line per stage with the elapsed time."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.perf_counter() - self.start:7.1f}s] {message}", flush=True)
+
+
+def machine_info() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "load_average_1m_at_end": load[0] if load else None,
+            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def rounded(value: Any, digits: int = 4) -> Any:
+    """Floats rounded (recursively through dicts and lists), for the JSON record."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v, digits) for v in value]
+    return value
+
+
+def display(path: Path) -> str:
+    """A path relative to the checkout when inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def pct(value: Optional[float], digits: int = 1) -> str:
+    return "n/a" if value is None else f"{100 * value:.{digits}f}"

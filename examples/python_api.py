@@ -1,0 +1,59 @@
+"""snapvit-pl from Python: elastic scores for a ViT, then pruned models at any budget.
+
+    python examples/python_api.py            # about 2 minutes on 2 CPU cores, offline
+    python examples/python_api.py --quick    # a smoke run (seconds)
+
+Runs on the project's reference ViT (assets/reference_vit_fmnist) and Fashion-MNIST (Debian's
+dataset-fashion-mnist): a plain DataLoader of unlabeled images is all the method needs.
+"""
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+import snapvit_pl
+from snapvit_pl.data import ClassificationDataModule
+from snapvit_pl.eval.suite import head_accuracy
+from snapvit_pl.models import count_flops, count_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that everything runs")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # tiny model: one thread is as fast and avoids OpenMP spin-waits on busy machines
+    images, evaluations, test_images = (64, 4, 200) if args.quick else (1000, 50, 2000)
+
+    # 1. A pretrained timm ViT (here the reference model, saved in snapvit-pl's pruned-checkpoint format).
+    model, _ = snapvit_pl.load_pruned(ROOT / "assets" / "reference_vit_fmnist")
+
+    # 2. Unlabeled images in the model's input format: any DataLoader of [B, C, H, W] tensors will do.
+    data = ClassificationDataModule(source="fashion_mnist", seed=0)
+    data.configure_for_model(model)
+    unlabeled = DataLoader(data.unlabeled_dataset("train", "plain", max_samples=images), batch_size=16)
+
+    # 3. Rank every head and MLP neuron once (label-free local scores + the coefficient search).
+    started = time.perf_counter()
+    search = snapvit_pl.SearchSettings(max_evaluations=evaluations, num_images=min(images, 500), batch_size=250,
+                                       pca_components=64)
+    scores = snapvit_pl.fit_elastic(model, unlabeled, search=search)
+    print(f"elastic scores in {time.perf_counter() - started:.0f} s "
+          f"(search fitness {scores.search['initial_fitness']:.4f} -> {scores.search['best_fitness']:.4f})")
+
+    # 4. Any budget is one cut of that ranking: FLOPs, parameters or prune ratios.
+    test = data.labeled_dataloader("val", max_samples=test_images, batch_size=500)
+    budgets = {"dense": None, "flops=0.75": dict(flops=0.75), "flops=0.5": dict(flops=0.5), "params=0.4": dict(params=0.4)}
+    print(f"\n{'model':<11} {'params':>9} {'MFLOPs':>8} {'own-head top-1':>15}")
+    for name, budget in budgets.items():
+        small = model if budget is None else scores.extract(model, **budget)
+        accuracy = head_accuracy(small, test, torch.device("cpu"))
+        print(f"{name:<11} {count_params(small) / 1e6:>8.3f}M {count_flops(small) / 1e6:>8.1f} {100 * accuracy:>14.2f}%")
+    print(f"\n(own head: the model's classifier, no retraining; {test_images} Fashion-MNIST test images)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""The typed state a pruning run hands from stage to stage: importance -> search -> export -> report."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterator, Optional
+
+import torch
+from torch import nn
+
+from ..elastic.budget import Budget
+from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
+from ..elastic.scores import ElasticScores
+from ..models.loading import BackboneSpec
+from ..models.units import Subnet
+from ..scoring.base import LocalScores
+
+
+@dataclass
+class Timings:
+    """Wall-clock seconds per stage; ``None`` for a stage that did not run in this process."""
+
+    scoring_s: Optional[float] = None
+    search_s: Optional[float] = None
+    export_s: Optional[float] = None
+    correction_s: Optional[float] = None
+    evaluation_s: Optional[float] = None
+    total_s: Optional[float] = None
+
+    def add(self, stage: str, seconds: float) -> None:
+        """Add ``seconds`` to ``<stage>_s``."""
+        name = f"{stage}_s"
+        setattr(self, name, (getattr(self, name) or 0.0) + seconds)
+
+    @contextmanager
+    def measure(self, stage: str) -> Iterator[None]:
+        """Time the block and add it to ``<stage>_s``."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(stage, time.perf_counter() - started)
+
+    def to_dict(self) -> dict[str, float]:
+        """The stages that ran, rounded to milliseconds."""
+        return {f.name: round(getattr(self, f.name), 3) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass
+class SearchResult:
+    """What the coefficient search found.
+
+    Attributes:
+        coefficients: ``[B + total heads]`` best coefficients (the initial ones unless the search beat them).
+        evaluations: fitness evaluations made.
+        generations: optimiser generations (updates) made.
+        initial_fitness: fitness of the initial coefficients (None when the search did not run).
+        best_fitness: best fitness seen, the initial one included (None when the search did not run).
+        evaluations_per_rank: evaluations each DDP rank made in this process's part of the run.
+        forward_s: seconds inside the fitness forwards (the search's floor).
+        history: one entry per generation (``evaluations``, ``best_fitness``, ``sigma``, ...).
+        resumed_at: evaluations already made when this process resumed the search (None: not resumed).
+    """
+
+    coefficients: torch.Tensor
+    evaluations: int = 0
+    generations: int = 0
+    initial_fitness: Optional[float] = None
+    best_fitness: Optional[float] = None
+    evaluations_per_rank: list[int] = field(default_factory=list)
+    forward_s: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    resumed_at: Optional[int] = None
+
+    @property
+    def improved_on_initial(self) -> bool:
+        return self.initial_fitness is not None and self.best_fitness is not None and self.best_fitness < self.initial_fitness
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary (no tensors) for the report and the elastic artifact."""
+        return {
+            "evaluations": self.evaluations, "generations": self.generations, "initial_fitness": self.initial_fitness,
+            "best_fitness": self.best_fitness, "improved_on_initial": self.improved_on_initial,
+            "evaluations_per_rank": self.evaluations_per_rank, "forward_s": round(self.forward_s, 3),
+        }
+
+
+@dataclass
+class DenseModel:
+    """Size (and, when evaluated, metrics) of the unpruned base model."""
+
+    params: int
+    flops: int
+    metrics: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class ExtractedModel:
+    """One pruned model cut from the elastic scores at a budget.
+
+    Attributes:
+        label: short name, e.g. ``mlp0.35_head0.20`` or ``flops0.5`` (its directory under ``models/``).
+        budget: the budget asked for.
+        subnet: kept heads / neurons per block (indices into the base model).
+        mlp_ratio, head_ratio: the prune ratios the budget resolved to.
+        params, flops: exact size of the pruned model (one image).
+        model: the pruned module while it is post-processed (released after export).
+        metrics: evaluation results, when evaluated.
+        correction: what the weight correction did, when applied.
+        checkpoint: path of the saved checkpoint relative to the run directory, when saved.
+    """
+
+    label: str
+    budget: Budget
+    subnet: Subnet
+    mlp_ratio: float
+    head_ratio: float
+    params: int
+    flops: int
+    model: Optional[nn.Module] = None
+    metrics: Optional[dict[str, Any]] = None
+    correction: Optional[dict[str, Any]] = None
+    checkpoint: Optional[str] = None
+
+    def record(self) -> dict[str, Any]:
+        """JSON-ready description (the report's ``pruned`` entries, the checkpoint's ``extra``)."""
+        entry: dict[str, Any] = {
+            "label": self.label, "budget": self.budget.to_dict(), "mlp_ratio": round(self.mlp_ratio, 6),
+            "head_ratio": round(self.head_ratio, 6), "params": self.params, "flops": self.flops,
+            "heads": self.subnet.head_counts, "mlp_hidden": self.subnet.neuron_counts,
+        }
+        for key in ("metrics", "correction", "checkpoint"):
+            if getattr(self, key) is not None:
+                entry[key] = getattr(self, key)
+        return entry
+
+
+@dataclass
+class RunState:
+    """Everything one pruning run has produced so far; each stage reads what the earlier ones wrote.
+
+    Args:
+        spec: how the base model was built.
+        fingerprint: :func:`snapvit_pl.models.fingerprint` of the base weights.
+        min_mlp_keep, min_head_keep: share of each block's neurons / heads never pruned.
+    """
+
+    spec: BackboneSpec
+    fingerprint: str
+    min_mlp_keep: float = MIN_MLP_KEEP
+    min_head_keep: float = MIN_HEAD_KEEP
+    scorer: dict[str, Any] = field(default_factory=dict)  # {"name": ..., **constructor arguments}
+    local: Optional[LocalScores] = None
+    search_settings: Optional[dict[str, Any]] = None
+    search: Optional[SearchResult] = None
+    dense: Optional[DenseModel] = None
+    extracted: list[ExtractedModel] = field(default_factory=list)
+    scores_file: Optional[str] = None
+    timings: Timings = field(default_factory=Timings)
+
+    def elastic_scores(self) -> ElasticScores:
+        """The elastic artifact so far: local scores, the search's coefficients once it ran, and the settings.
+
+        Raises:
+            RuntimeError: the importance stage has not run.
+        """
+        if self.local is None:
+            raise RuntimeError("no local scores yet: run the importance stage first")
+        settings: dict[str, Any] = {"scorer": self.scorer}
+        if self.search_settings is not None:
+            settings["search"] = self.search_settings
+        return ElasticScores(
+            self.local.heads, self.local.neurons, None if self.search is None else self.search.coefficients,
+            self.spec.to_dict(), self.fingerprint, self.min_mlp_keep, self.min_head_keep, settings,
+            {} if self.search is None else self.search.summary(),
+        )

@@ -1,0 +1,65 @@
+import pytest
+import torch
+
+from families import FAMILIES, random_elastic_scores
+from snapvit_pl.elastic import initial_coefficients
+from snapvit_pl.errors import ConfigError
+from snapvit_pl.models import load_backbone
+from snapvit_pl.pipeline import SearchProgress, SearchSettings, run_search, search_snapshots
+
+SMALL = dict(num_images=24, batch_size=12, pca_components=8, popsize=4)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    model = load_backbone(FAMILIES["dino_vit"])
+    return model, torch.randn(24, 3, 32, 32), random_elastic_scores(model)
+
+
+def test_no_evaluations_keeps_the_initial_coefficients(setup):
+    model, images, scores = setup
+    result = run_search(model, images, scores, SearchSettings(max_evaluations=0, **SMALL))
+    assert torch.equal(result.coefficients, initial_coefficients(2, [4, 4]))
+    assert result.evaluations == 0 and result.best_fitness is None and not result.improved_on_initial
+
+
+def test_search_reports_its_progress_and_never_returns_worse_than_the_start(setup):
+    model, images, scores = setup
+    seen = []
+    result = run_search(model, images, scores, SearchSettings(max_evaluations=10, **SMALL),
+                        on_generation=lambda progress, es, candidates, values: seen.append((es.evaluations, len(values))))
+    assert seen == [(4, 4), (8, 4), (10, 2)]  # the last generation is cut to the budget
+    assert result.evaluations == 10 and result.generations == 3 and result.evaluations_per_rank == [10]
+    assert result.best_fitness <= result.initial_fitness and len(result.history) == 3
+    assert result.forward_s > 0
+
+
+def test_resumed_search_equals_an_uninterrupted_one(setup):
+    model, images, scores = setup
+    settings = SearchSettings(max_evaluations=12, **SMALL)
+    saved = []
+    straight = run_search(model, images, scores, settings, on_generation=lambda p, es, c, v: saved.append(p))
+    restored = SearchProgress.from_dict(saved[0].to_dict())  # as read back from resume_state.pt
+    resumed = run_search(model, images, scores, settings, resume=restored)
+    assert torch.equal(resumed.coefficients, straight.coefficients)
+    assert resumed.best_fitness == straight.best_fitness and resumed.resumed_at == 4
+
+
+def test_snapshots_continue_one_search(setup):
+    model, images, scores = setup
+    snapshots = search_snapshots(model, images, scores, SearchSettings(**SMALL), [0, 4, 8])
+    straight = run_search(model, images, scores, SearchSettings(max_evaluations=8, **SMALL))
+    assert snapshots[0].evaluations == 0 and snapshots[4].evaluations == 4
+    assert torch.equal(snapshots[8].coefficients, straight.coefficients)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_evaluations=-5), "max_evaluations must be >= 0"),
+    (dict(popsize=1), "popsize must be >= 2"),
+    (dict(sigma=0.0), "sigma must be a positive number"),
+    (dict(sparsity_pairs=[]), "at least one"),
+])
+def test_bad_settings_are_refused(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        SearchSettings(**kwargs)
