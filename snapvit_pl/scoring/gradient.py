@@ -157,10 +157,15 @@ class GradientScorer(Scorer):
         )
 
     # -- accumulators (additive, so that reduce = all-reduce-sum) ------------------------------
+    @property
+    def _sums_gradients(self) -> bool:
+        """Accumulate the gradient itself (summed over samples), rather than a per-batch statistic of it."""
+        return self.reduction in ("squared_sum", "snip")
+
     def _init_accumulators(self) -> dict[str, Tensor]:
         acc = {}
         for group in self._groups:
-            if self.reduction == "squared_sum":
+            if self._sums_gradients:
                 for j, r in enumerate(group.rows):
                     acc[f"{group.key}.{j}"] = torch.zeros_like(r.view(r.weight, group.units), dtype=self._acc_dtype)
             else:
@@ -168,16 +173,19 @@ class GradientScorer(Scorer):
         return acc
 
     def _accumulate(self, group: _Group, grads: list[Tensor], samples: int) -> None:
-        if self.reduction == "squared_sum":
+        if self._sums_gradients:
             for j, g in enumerate(grads):
                 self._acc[f"{group.key}.{j}"].add_(g, alpha=samples)
         else:
             self._acc[group.key].add_(unit_sum([g.double().square() for g in grads]), alpha=1 / unit_count(grads))
 
+    def _mean_gradients(self, group: _Group) -> list[Tensor]:
+        """The mean per-sample gradient of each of the group's row views (``_sums_gradients`` reductions)."""
+        return [self._acc[f"{group.key}.{j}"].double() / self._samples for j in range(len(group.rows))]
+
     def _finalize(self, group: _Group) -> Tensor:
         if self.reduction == "squared_sum":
-            sums = [self._acc[f"{group.key}.{j}"].double() for j in range(len(group.rows))]
-            return unit_mean([(s / self._samples).square() for s in sums])
+            return unit_mean([g.square() for g in self._mean_gradients(group)])
         return self._acc[group.key] / self._batches
 
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
@@ -325,9 +333,11 @@ class LabelFisher(GradientScorer):
 class SNIPMagnitude(_SelfDistillation, GradientScorer):
     """SNIP-magnitude baseline on the self-distillation gradients: ``|g * w| + alpha * w^2``.
 
-    Per batch, each weight's saliency (``g`` = the batch-mean gradient) is averaged over the
-    unit's rows (the same rows as :class:`SSLFisher`); scores are the mean over batches. (The
-    reference code instead evaluates the saliency once from the gradient summed over batches.)
+    As in the reference code, the saliency is evaluated once, from the gradient accumulated over
+    all batches: ``g`` is the sum of the batch gradients (the mean per-sample gradient times the
+    number of batches, so that ``alpha`` weighs the magnitude term as there). Each weight's
+    saliency is averaged over the unit's rows (the same rows as :class:`SSLFisher`). The result
+    does not depend on the order of the batches, and 2-process DDP gives the same scores.
 
     Args:
         n_global: as for :class:`SSLFisher`.
@@ -342,16 +352,10 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
         self.alpha = alpha
         self._check_n_global()
 
-    def _init_accumulators(self) -> dict[str, Tensor]:
-        return {g.key: torch.zeros(g.units.num_units, dtype=torch.float64, device=self._device) for g in self._groups}
-
-    def _accumulate(self, group: _Group, grads: list[Tensor], samples: int) -> None:
-        weights = [r.view(r.weight.detach(), group.units) for r in group.rows]
-        saliency = [(g.double() * w.double()).abs() + self.alpha * w.double().square() for g, w in zip(grads, weights)]
-        self._acc[group.key].add_(unit_mean(saliency))
-
     def _finalize(self, group: _Group) -> Tensor:
-        return self._acc[group.key] / self._batches
+        weights = [r.view(r.weight.detach(), group.units).double() for r in group.rows]
+        grads = [g * self._batches for g in self._mean_gradients(group)]
+        return unit_mean([(g * w).abs() + self.alpha * w.square() for g, w in zip(grads, weights)])
 
 
 def _check_reduction(reduction: str) -> str:

@@ -1,8 +1,11 @@
 """Shared helpers of the scorer tests (importable by name: see conftest.py)."""
+import copy
+
 import torch
 
 from families import FAMILIES
-from snapvit_pl.models import BackboneSpec, load_backbone
+from snapvit_pl.models import BackboneSpec, embed, load_backbone
+from snapvit_pl.scoring import self_distillation_loss
 
 # The families the scorer tests cover: plain MLP + fused qkv, packed gated MLP, separate
 # q/k/v projections (EVA), SwiGLU with fc1_g/fc1_x.
@@ -25,3 +28,13 @@ def views(batch: int = 8, n_views: int = 4, seed: int = 1) -> torch.Tensor:
 
 def labels(batch: int = 8, num_classes: int = 5, seed: int = 2) -> torch.Tensor:
     return torch.randint(0, num_classes, (batch,), generator=torch.Generator().manual_seed(seed))
+
+
+def full_backward_grads(model, x, n_global=2):
+    """Gradients of every parameter from a plain loss.backward() on a copy of the model."""
+    student, teacher = copy.deepcopy(model), copy.deepcopy(model)
+    B, V = x.shape[:2]
+    with torch.no_grad():
+        target = embed(teacher, x[:, :n_global].flatten(0, 1)).view(B, n_global, -1)
+    self_distillation_loss(embed(student, x.flatten(0, 1)).view(B, V, -1), target).backward()
+    return student

@@ -1,11 +1,10 @@
 """The gradient scorers against an independent full backward pass, unit row by unit row."""
-import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from scoring_helpers import CORE, build, views
+from scoring_helpers import CORE, build, full_backward_grads, views
 from snapvit_pl.models import Subnet, embed, use_subnet
 from snapvit_pl.scoring import Magnitude, NonFiniteGradientError, SNIPMagnitude, SSLFisher, self_distillation_loss
 
@@ -32,16 +31,6 @@ def test_self_distillation_loss_matches_reference_and_is_sane():
     torch.testing.assert_close(self_distillation_loss(3 * student, 0.1 * teacher), loss)
     same = self_distillation_loss(teacher, teacher)  # each global view vs the other one only
     assert same > 0 and torch.isfinite(same)
-
-
-def full_backward_grads(model, x, n_global=2):
-    """Gradients of every parameter from a plain loss.backward() on a copy of the model."""
-    student, teacher = copy.deepcopy(model), copy.deepcopy(model)
-    B, V = x.shape[:2]
-    with torch.no_grad():
-        target = embed(teacher, x[:, :n_global].flatten(0, 1)).view(B, n_global, -1)
-    self_distillation_loss(embed(student, x.flatten(0, 1)).view(B, V, -1), target).backward()
-    return student
 
 
 def expected_rows(model_with_grads, block):

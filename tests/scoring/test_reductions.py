@@ -3,7 +3,7 @@ import io
 import pytest
 import torch
 
-from scoring_helpers import build, labels, views
+from scoring_helpers import build, full_backward_grads, labels, views
 from snapvit_pl.errors import CheckpointError
 from snapvit_pl.scoring import LabelFisher, SNIPMagnitude, SSLFisher
 
@@ -149,3 +149,27 @@ def test_state_before_setup_round_trips():
     pending = SSLFisher()
     pending.load_state_dict(scorer.state_dict())
     assert pending.state_dict()["batches"] == 0
+
+
+def test_snip_magnitude_does_not_depend_on_the_batch_order():
+    model, x = build("vit_swiglu"), views(8)
+    batches = list(x.split(2))
+    forward = scores_of(SNIPMagnitude(), model, batches)
+    backward = scores_of(SNIPMagnitude(), model, batches[::-1])
+    for a, b in zip(forward.heads + forward.neurons, backward.heads + backward.neurons):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+
+
+def test_snip_magnitude_uses_the_gradient_summed_over_batches():
+    """The reference code's saliency: |(g_1 + g_2) * w| + alpha w^2 from the summed batch gradients."""
+    model, x = build("vit_swiglu"), views(4)
+    batches = list(x.split(2))
+    scores = scores_of(SNIPMagnitude(alpha=0.01), model, batches)
+    grads = [full_backward_grads(model, batch).blocks[0].mlp for batch in batches]
+    mlp = model.blocks[0].mlp
+    expected = 0
+    for name in ("fc1_g", "fc1_x"):  # a SwiGLU neuron: its row of each half
+        w = getattr(mlp, name).weight.detach()
+        g = sum(getattr(m, name).weight.grad for m in grads)
+        expected = expected + ((g * w).abs() + 0.01 * w.square()).mean(dim=1) / 2
+    torch.testing.assert_close(scores.neurons[0], expected, rtol=1e-4, atol=0)
