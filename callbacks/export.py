@@ -1,17 +1,19 @@
 """Export stage: the elastic-scores artifact and the pruned checkpoints asked for (``on_fit_end``)."""
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import pytorch_lightning as pl
+from tqdm.auto import tqdm
 
 from snapvit_pl.errors import SnapViTError
 from snapvit_pl.eval.suite import EvalData
 from snapvit_pl.lightning.pruning_module import PruningModule
 from snapvit_pl.pipeline import (
-    Correction, CorrectionSettings, Evaluation, EvaluationSettings, ExportSettings, check_budgets, export_stage,
+    Correction, CorrectionSettings, Evaluation, EvaluationSettings, ExportSettings, SearchSettings, check_budgets,
+    export_stage,
 )
-from snapvit_pl.pipeline.plots import kept_widths_figure
 
 
 class ExportCallback(pl.Callback):
@@ -23,13 +25,15 @@ class ExportCallback(pl.Callback):
         settings: budgets, rounding, what to save.
         correction: the optional weight correction.
         evaluation: the evaluation of the dense and every extracted model.
+        search: the search settings (their fitness images and PCA also choose the budgets' splits).
     """
 
     def __init__(self, settings: Optional[ExportSettings] = None, correction: Optional[CorrectionSettings] = None,
-                 evaluation: Optional[EvaluationSettings] = None):
+                 evaluation: Optional[EvaluationSettings] = None, search: Optional[SearchSettings] = None):
         self.settings = settings or ExportSettings()
         self.correction = correction or CorrectionSettings()
         self.evaluation = evaluation if evaluation is not None else EvaluationSettings()
+        self.search = search or SearchSettings()
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         """Fail before the expensive stages if a budget cannot be met under the keep ratios."""
@@ -52,7 +56,19 @@ class ExportCallback(pl.Callback):
             s = self.evaluation
             evaluation = Evaluation(s, EvalData.from_datamodule(datamodule, s.train_samples, s.val_samples, s.batch_size),
                                     device)
-        export_stage(pl_module.state, pl_module.backbone, self.settings, trainer.default_root_dir, correction, evaluation)
-        experiment = getattr(trainer.logger, "experiment", None)
-        if hasattr(experiment, "add_figure") and pl_module.state.extracted:
-            experiment.add_figure("export/kept_width_per_block", kept_widths_figure(pl_module.state.extracted))
+        fitness_images = None
+        if self.settings.split == "fitness":
+            fitness_images = datamodule.unlabeled_images(self.search.num_images, self.search.batch_size).to(device)
+        budgets = self.settings.budget_list()
+        bar = tqdm(total=len(budgets), desc="export", unit="model", dynamic_ncols=True,
+                   disable=trainer.progress_bar_callback is None or not sys.stderr.isatty())
+        bar.set_postfix_str("choosing splits, evaluating the dense model" if evaluation else "")
+
+        def finished(item) -> None:
+            bar.update()
+            bar.set_postfix_str(f"{item.label}: " + ", ".join(f"{k} {100 * v:.1f}" for k, v in (item.metrics or {}).items()
+                                                             if k.endswith("_top1")))
+
+        export_stage(pl_module.state, pl_module.backbone, self.settings, trainer.default_root_dir, correction, evaluation,
+                     fitness_images, on_model=finished)
+        bar.close()

@@ -8,6 +8,7 @@ import pytorch_lightning as pl
 
 from snapvit_pl.lightning.pruning_module import PruningModule
 from snapvit_pl.pipeline import ReportSettings, write_report
+from snapvit_pl.pipeline.report import logged_metrics
 
 
 class ReportCallback(pl.Callback):
@@ -29,4 +30,14 @@ class ReportCallback(pl.Callback):
         if stage != "fit" or not trainer.is_global_zero or state.dense is None:
             return  # not the end of a finished fit (an interrupted or failed run writes no report)
         state.timings.total_s = time.perf_counter() - self._started
-        write_report(state, trainer.default_root_dir, self.settings.print_table)
+        experiment = getattr(trainer.logger, "experiment", None)
+        on_figure = (lambda name, fig: experiment.add_figure(f"report/{name}", fig)) if hasattr(experiment, "add_figure") else None
+        report = write_report(state, trainer.default_root_dir, self.settings.print_table, self.settings.plots, on_figure)
+        if trainer.logger is not None:
+            scalars, metrics = logged_metrics(report)
+            for tag, value, step in scalars:
+                trainer.logger.log_metrics({tag: value}, step=step)
+            search = state.search_settings.to_dict() if state.search_settings else {}
+            trainer.logger.log_hyperparams({"scorer": state.scorer.get("name"), **{f"search.{k}": str(v) for k, v in search.items()}},
+                                           metrics)
+            trainer.logger.finalize("success")

@@ -1,6 +1,7 @@
 """Search stage: the cross-block coefficients, after the importance pass (``on_train_end``)."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
 import pytorch_lightning as pl
@@ -36,7 +37,7 @@ class SearchCallback(pl.Callback):
         search_stage(pl_module.state, pl_module.backbone, images, self.settings, rank=trainer.global_rank,
                      world_size=world, all_gather=gather, resume=self._progress,
                      on_generation=lambda progress, es, candidates, values: self._generation_done(trainer, progress, es, values),
-                     progress=trainer.is_global_zero and trainer.progress_bar_callback is not None)
+                     progress=trainer.is_global_zero and trainer.progress_bar_callback is not None and sys.stderr.isatty())
 
     def _generation_done(self, trainer: pl.Trainer, progress: SearchProgress, es: XNES, values: torch.Tensor) -> None:
         self._progress = progress

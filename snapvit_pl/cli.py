@@ -6,6 +6,7 @@ their traceback.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import time
@@ -28,6 +29,16 @@ for _message in (
     warnings.filterwarnings("ignore", message=_message)
 
 
+class _NoAdvertisements(logging.Filter):
+    """Drops Lightning's "try installing litlogger" tip, printed on every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertisements())
+
+
 def _pop_flag(argv: list[str], flag: str) -> bool:
     present = flag in argv
     while flag in argv:
@@ -45,7 +56,30 @@ def check_run_dir(out_dir: Path, overwrite: bool) -> None:
         )
 
 
-def prune_cli(argv: list[str]):
+PRUNE_USAGE = "python prune.py [--config FILE] [--GROUP.KEY VALUE ...] [--out_dir DIR] [--resume RUN_DIR] [--verbose]"
+PRUNE_EPILOG = """examples:
+  python prune.py                                            # the offline demo (configs/prune/demo.yaml)
+  python prune.py --config configs/prune/dino_vitb16.yaml --data.init_args.root /data/imagenet
+  python prune.py --search.max_time 60 --export.budgets '[{sparsity: 0.5}, {flops: 0.4}]'
+  python prune.py --resume runs/prune/20261201-101500      # continue an interrupted run
+Every option can also be set in a YAML file (--config; --print_config shows the resolved one).
+The Lightning Trainer's own options (--trainer.*) are listed last."""
+_OWN_GROUPS = ("importance", "search", "export", "correction", "evaluation", "report", "model", "data")
+
+
+def _help_formatter():
+    """jsonargparse's help formatter, keeping the line breaks of the description and the examples."""
+    import argparse
+
+    from jsonargparse import DefaultHelpFormatter
+
+    class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+        pass
+
+    return HelpFormatter
+
+
+def prune_cli(argv: list[str], help_defaults: Optional[Path] = None):
     """``prune.py``'s LightningCLI, parsed and instantiated but not run.
 
     ``cli.model`` (the :class:`PruningModule`), ``cli.datamodule``, ``cli.trainer`` and the stage settings
@@ -67,15 +101,27 @@ def prune_cli(argv: list[str]):
                                 help="run directory (default: runs/prune/<timestamp>)")
             parser.add_argument("--overwrite", type=bool, default=False,
                                 help="replace the results of an earlier run in out_dir")
+            # read by prune_main before parsing; listed here so that --help shows them
+            parser.add_argument("--resume", type=Optional[str], default=None,
+                                help="continue the interrupted run in this directory (its config.yaml, its progress)")
+            parser.add_argument("--verbose", type=bool, default=False,
+                                help="show the traceback of errors (or set SNAPVIT_VERBOSE=1)")
             # The pipeline's settings, one group per stage (snapvit_pl.pipeline); the stage callbacks get them.
             for key, settings in (("importance", ImportanceSettings), ("search", SearchSettings), ("export", ExportSettings),
                                   ("correction", CorrectionSettings), ("evaluation", EvaluationSettings),
                                   ("report", ReportSettings)):
                 parser.add_class_arguments(settings, key)
             parser.link_arguments("model.model_name", "data.init_args.model_name")
+            # --help: the project's options first, then its stage groups, the model and data; the trainer last
+            own = [parser.groups[key] for key in _OWN_GROUPS if key in parser.groups]
+            trainer = [parser.groups["trainer"]] if "trainer" in parser.groups else []
+            rest = [g for g in parser._action_groups if g not in own and g not in trainer]  # argparse's print order
+            parser._action_groups[:] = rest + own + trainer
             parser.set_defaults({
                 "trainer.max_epochs": 1, "trainer.enable_checkpointing": False, "trainer.num_sanity_val_steps": 0,
                 "trainer.limit_val_batches": 0, "trainer.devices": 1, "trainer.enable_model_summary": False,
+                "trainer.log_every_n_steps": 1,  # the importance loss of every batch
+                "trainer.enable_progress_bar": sys.stderr.isatty(),  # bars in a terminal, none in logs and pipes
             })
 
         def before_instantiate_classes(self) -> None:
@@ -93,7 +139,7 @@ def prune_cli(argv: list[str]):
             if config.trainer.logger in (None, True):
                 config.trainer.logger = {
                     "class_path": "pytorch_lightning.loggers.TensorBoardLogger",
-                    "init_args": {"save_dir": str(out_dir), "name": "tensorboard", "version": ""},
+                    "init_args": {"save_dir": str(out_dir), "name": "tensorboard", "version": "", "default_hp_metric": False},
                 }
 
         def instantiate_trainer(self, **kwargs):
@@ -101,13 +147,17 @@ def prune_cli(argv: list[str]):
             c = self.config_init
             trainer.callbacks[:0] = [  # the stages; they run at fixed hooks, so their order here does not matter
                 ImportanceCallback(c.importance), SearchCallback(c.search),
-                ExportCallback(c.export, c.correction, c.evaluation), ReportCallback(c.report),
+                ExportCallback(c.export, c.correction, c.evaluation, c.search), ReportCallback(c.report),
             ]
             return trainer
 
     return PruneCLI(
         PruningModule, VisionDataModule, subclass_mode_data=True, run=False, args=argv, seed_everything_default=0,
-        save_config_callback=None, parser_kwargs={"description": "Prune a pretrained ViT into an elastic family (SnapViT)."},
+        save_config_callback=None,
+        parser_kwargs={"description": "Prune a pretrained ViT into an elastic family of sub-networks (SnapViT):\n"
+                                      "local importance, coefficient search, pruned models at budgets, report.",
+                       "usage": PRUNE_USAGE, "epilog": PRUNE_EPILOG, "formatter_class": _help_formatter(),
+                       **({"default_config_files": [str(help_defaults)]} if help_defaults else {})},
         trainer_defaults={}, auto_configure_optimizers=False,
     )
 
@@ -148,7 +198,11 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
     created = False
     try:
         argv, resume_dir = _resume_args(argv)
-        if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv) and not {"-h", "--help"} & set(argv):
+        has_config = any(a in ("--config", "-c") or a.startswith("--config=") for a in argv)
+        if {"-h", "--help"} & set(argv):  # the help shows the values this command would run with
+            given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--config", "-c")), None)
+            prune_cli([a for a in argv if a not in ("--config", "-c", given)], Path(given or DEFAULT_PRUNE_CONFIG))
+        if not has_config:
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
         cli = prune_cli(argv)
         out_dir = Path(cli.config.out_dir)

@@ -142,8 +142,14 @@ def resolve(
     min_mlp_keep: float = MIN_MLP_KEEP,
     min_head_keep: float = MIN_HEAD_KEEP,
     mlp_multiple: int = 1,
+    head_ratio: float | None = None,
 ) -> tuple[Subnet, float, float]:
     """Turn a budget into ``(subnet, mlp_ratio, head_ratio)`` for the given unit scores.
+
+    A cost budget (sparsity, params, FLOPs) is met with the smallest cut along a path of ratio
+    pairs: the schedule ``head_ratio = mlp_ratio - 0.15`` by default, or, with ``head_ratio``
+    given (a split chosen for this budget, see :func:`snapvit_pl.pipeline.splits.choose_splits`),
+    that head ratio with the MLP ratio found by bisection.
 
     Raises:
         PruningSpecError: a target below what the minimum keep ratios allow (the message gives
@@ -163,31 +169,36 @@ def resolve(
     target = value * dense if value <= 1.0 else value
     measure: Callable[[Subnet], int] = cost.flops if metric == "flops" else cost.params
 
-    max_mlp = _max_ratio(neuron_scores, min_mlp_keep)
-    max_head = _max_ratio(head_scores, min_head_keep)
-    t_end = max(max_mlp, max_head + HEAD_LAG)
-    clip = lambda t: (min(schedule(t)[0], max_mlp), min(schedule(t)[1], max_head))  # noqa: E731
-    if measure(select(*clip(0.0))) <= target:
-        return select(*clip(0.0)), *clip(0.0)
-    smallest = measure(select(*clip(t_end)))
+    max_mlp = max_prune_ratio(neuron_scores, min_mlp_keep)
+    max_head = max_prune_ratio(head_scores, min_head_keep)
+    if head_ratio is None:  # along the schedule, both ratios clipped to what the keep ratios allow
+        t_end = max(max_mlp, max_head + HEAD_LAG)
+        path = lambda t: (min(schedule(t)[0], max_mlp), min(schedule(t)[1], max_head))  # noqa: E731
+    else:  # a fixed head ratio, the MLP ratio free
+        fixed = min(check_ratio(head_ratio, "head_ratio"), max_head)
+        t_end, path = max_mlp, (lambda t: (min(t, max_mlp), fixed))
+    if measure(select(*path(0.0))) <= target:
+        return select(*path(0.0)), *path(0.0)
+    smallest = measure(select(*path(t_end)))
     if smallest > target:
+        split = "" if head_ratio is None else f" with head_ratio {head_ratio:.3f}"
         raise PruningSpecError(
-            f"{metric} budget {target:.4g} is unreachable: the minimum keep ratios (MLP {min_mlp_keep}, heads "
+            f"{metric} budget {target:.4g} is unreachable{split}: the minimum keep ratios (MLP {min_mlp_keep}, heads "
             f"{min_head_keep}) leave at least {smallest:.4g} ({smallest / dense:.1%} of dense); raise the budget "
             f"or lower the keep ratios"
         )
     lo, hi = 0.0, t_end  # invariant: cost(lo) > target >= cost(hi)
     for _ in range(50):
         mid = (lo + hi) / 2
-        if measure(select(*clip(mid))) <= target:
+        if measure(select(*path(mid))) <= target:
             hi = mid
         else:
             lo = mid
-    m, h = clip(hi)
+    m, h = path(hi)
     return select(m, h), m, h
 
 
-def _max_ratio(scores: Sequence[torch.Tensor], min_keep_ratio: float) -> float:
+def max_prune_ratio(scores: Sequence[torch.Tensor], min_keep_ratio: float) -> float:
     """Largest prune ratio the minimum keep ratio allows."""
     sizes = [len(s) for s in scores]
     prunable = sum(sizes) - sum(min_kept(n, min_keep_ratio) for n in sizes)

@@ -62,6 +62,8 @@ class ElasticScores:
         min_head_keep: fraction of each block's heads never pruned.
         settings: method settings (scorer, search, sparsity pairs, ...), for the record.
         search: search summary (evaluations, best fitness, ...), for the record.
+        splits: head ratio chosen for a cost budget, by budget label (e.g. ``{"sparsity0.4": 0.25}``);
+            such a budget is cut at that head ratio, any other along the default schedule.
     """
 
     head_scores: list[torch.Tensor]
@@ -73,6 +75,7 @@ class ElasticScores:
     min_head_keep: float = MIN_HEAD_KEEP
     settings: dict[str, Any] = field(default_factory=dict)
     search: dict[str, Any] = field(default_factory=dict)
+    splits: dict[str, float] = field(default_factory=dict)
 
     @property
     def heads_per_block(self) -> list[int]:
@@ -92,9 +95,11 @@ class ElasticScores:
     def subnet(
         self, budget: Budget, cost: CostModel | None = None, mlp_multiple: int = 1, coefficients: torch.Tensor | None = None
     ) -> tuple[Subnet, float, float]:
-        """``(subnet, mlp_ratio, head_ratio)`` meeting ``budget`` (see :func:`.budget.resolve`)."""
+        """``(subnet, mlp_ratio, head_ratio)`` meeting ``budget`` (see :func:`.budget.resolve`); a cost budget
+        with a recorded split is cut at its head ratio."""
         heads, neurons = self.unified(coefficients)
-        return resolve(budget, heads, neurons, cost, self.min_mlp_keep, self.min_head_keep, mlp_multiple)
+        return resolve(budget, heads, neurons, cost, self.min_mlp_keep, self.min_head_keep, mlp_multiple,
+                       head_ratio=self.splits.get(budget.label()))
 
     def extract(
         self, model: nn.Module, budget: Budget | None = None, mlp_multiple: int = 1, verify_fingerprint: bool = True,
@@ -139,7 +144,7 @@ class ElasticScores:
         header = {
             "format": FORMAT, "version": VERSION, "base": self.base, "fingerprint": self.fingerprint,
             "num_blocks": len(self.head_scores), "min_mlp_keep": self.min_mlp_keep, "min_head_keep": self.min_head_keep,
-            "settings": self.settings, "search": self.search,
+            "settings": self.settings, "search": self.search, "splits": self.splits,
         }
         with atomic_path(path, overwrite=overwrite) as tmp:
             save_file(tensors, str(tmp), metadata={"snapvit": json.dumps(header)})
@@ -167,4 +172,5 @@ class ElasticScores:
         return cls(
             heads, neurons, tensors.get("coefficients"), header["base"], header["fingerprint"],
             header["min_mlp_keep"], header["min_head_keep"], header.get("settings", {}), header.get("search", {}),
+            {str(k): float(v) for k, v in (header.get("splits") or {}).items()},
         )

@@ -6,7 +6,7 @@ stage             settings                               functions
 importance        :class:`ImportanceSettings`            :func:`local_importance` (or start /
                                                          ``scorer.update`` / finish)
 search            :class:`SearchSettings`                :func:`run_search`
-export            :class:`ExportSettings`,               :func:`extract_models` (cut -> correct ->
+export            :class:`ExportSettings`,               :func:`choose_splits`, :func:`extract_models` (cut -> correct ->
                   :class:`CorrectionSettings`,           evaluate -> save)
                   :class:`EvaluationSettings`
 report            :class:`ReportSettings`                :func:`write_report`
@@ -24,13 +24,14 @@ from .importance import (
 )
 from .report import ReportSettings, build_report, write_report
 from .search import SearchProgress, SearchSettings, run_search, search_snapshots
+from .splits import SplitChoice, choose_splits
 from .stages import export_stage, finish_importance_stage, record_importance, search_stage
 from .state import DenseModel, ExtractedModel, RunState, SearchResult, Timings
 
 __all__ = [
     "Correction", "CorrectionSettings", "DenseModel", "Evaluation", "EvaluationSettings", "ExportSettings",
     "ExtractedModel", "ImportanceSettings", "ReportSettings", "RunState", "SearchProgress", "SearchResult",
-    "SearchSettings", "Timings", "build_report", "check_budgets", "export_stage", "extract_models", "finish_importance",
+    "SearchSettings", "SplitChoice", "Timings", "build_report", "check_budgets", "choose_splits", "export_stage", "extract_models", "finish_importance",
     "finish_importance_stage", "local_importance", "prepare_pruning_data", "record_importance", "run_search", "scoring_views", "search_snapshots", "search_stage",
     "start_importance", "write_report",
 ]

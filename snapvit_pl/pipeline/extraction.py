@@ -11,7 +11,7 @@ import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 import torch
 from torch import nn
@@ -38,18 +38,28 @@ class ExportSettings:
             ``{"mlp_ratio": 0.35, "head_ratio": 0.2}``, ``{"sparsity": 0.4}``, ``{"flops": 0.5}``,
             ``{"params": 20e6}``; default: the paper's six pairs.
         mlp_multiple: round MLP widths to this multiple (8 or 16 suit most hardware).
+        split: how a sparsity / params / FLOPs budget is divided between heads and MLP neurons:
+            ``fitness`` tries ``split_candidates`` head ratios around the schedule's and keeps the one
+            whose sub-network drifts least from the dense embeddings (recorded in the elastic scores);
+            ``schedule`` always uses ``head_ratio = mlp_ratio - 0.15``. Ratio pairs fix their own split.
+        split_candidates: head ratios tried per budget with ``split: fitness``.
         save_models: write the pruned checkpoints (else only the scores and the report).
         scores_file: file name of the elastic artifact in the run directory.
     """
 
     budgets: Optional[list[dict[str, float]]] = None
     mlp_multiple: int = 1
+    split: Literal["fitness", "schedule"] = "fitness"
+    split_candidates: int = 7
     save_models: bool = True
     scores_file: str = "elastic_scores.safetensors"
 
     def __post_init__(self) -> None:
         if self.mlp_multiple < 1:
             raise ConfigError(f"export.mlp_multiple must be >= 1, got {self.mlp_multiple}")
+        if self.split not in ("fitness", "schedule") or self.split_candidates < 1:
+            raise ConfigError(f"export.split must be 'fitness' or 'schedule' (got {self.split!r}) and "
+                              f"split_candidates >= 1 (got {self.split_candidates})")
         self.budget_list()  # a malformed budget fails here, before any work
 
     def budget_list(self) -> list[Budget]:

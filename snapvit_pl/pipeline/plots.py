@@ -1,24 +1,133 @@
-"""Figures of a run (matplotlib, headless)."""
+"""Figures of a run (matplotlib, headless): accuracy against size, kept units per block, the search's progress."""
 from __future__ import annotations
 
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional
 
-from .state import ExtractedModel
+from ..eval.suite import THROUGHPUT_KEY
+
+Figure = Any  # matplotlib.figure.Figure (matplotlib is imported lazily)
 
 
-def kept_widths_figure(extracted: Sequence[ExtractedModel]):
-    """Kept MLP width and heads per block for every extracted model (a matplotlib Figure)."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_mlp, ax_heads) = plt.subplots(1, 2, figsize=(10, 3.5))
-    for item in extracted:
-        ax_mlp.plot(item.subnet.neuron_counts, marker="o", label=item.label)
-        ax_heads.plot(item.subnet.head_counts, marker="o", label=item.label)
-    ax_mlp.set(title="kept MLP width", xlabel="block")
-    ax_heads.set(title="kept heads", xlabel="block")
-    ax_heads.legend(fontsize=6)
+    return plt
+
+
+def accuracy_figure(report: dict[str, Any], size: str) -> Optional[Figure]:
+    """Every accuracy metric against ``size`` (``params`` or ``flops``) for the dense and each pruned model."""
+    from .report import TABLE_METRICS, human, metric_names
+
+    metrics = [m for m in metric_names(report) if m != THROUGHPUT_KEY]
+    if not metrics:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    dense, pruned = report["dense"], sorted(report["pruned"], key=lambda e: e[size])
+    for metric in metrics:
+        points = [(e[size], 100 * e["metrics"][metric]) for e in pruned if metric in (e.get("metrics") or {})]
+        line, = ax.plot(*zip(*points), marker="o", label=TABLE_METRICS[metric][1]) if points else (None,)
+        if metric in (dense.get("metrics") or {}):
+            color = line.get_color() if line is not None else None
+            ax.plot([dense[size]], [100 * dense["metrics"][metric]], marker="*", markersize=13, color=color,
+                    linestyle="none")
+    for entry in pruned:  # the budget's label above its highest point
+        top = max((entry.get("metrics") or {}).get(m, 0) for m in metrics)
+        ax.annotate(entry["label"], (entry[size], 100 * top), textcoords="offset points", xytext=(0, 7), ha="center",
+                    fontsize=7, color="gray")
+    ax.plot([], [], marker="*", markersize=13, color="black", linestyle="none", label="dense (stars)")
+    name = "parameters" if size == "params" else "FLOPs per image"
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: human(value, dense[size])))
+    ax.margins(x=0.08, y=0.12)
+    ax.set(xlabel=name, ylabel="top-1 / mIoU (%)", title=f"{report['model']['model_name']}: accuracy against {name}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+def kept_units_figure(report: dict[str, Any]) -> Optional[Figure]:
+    """Heatmaps of the kept heads and the kept MLP width per block, one row per model (counts written in)."""
+    pruned = report["pruned"]
+    if not pruned:
+        return None
+    plt = _pyplot()
+    import numpy as np
+
+    labels = [e["label"] for e in pruned]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.5 * len(labels) + 2.2))
+    for ax, key, title in ((axes[0], "heads", "kept attention heads"), (axes[1], "mlp_hidden", "kept MLP width")):
+        values = np.array([e[key] for e in pruned], dtype=float)
+        image = ax.imshow(values, aspect="auto", cmap="viridis", vmin=0, vmax=max(values.max(), 1))
+        for (row, col), value in np.ndenumerate(values):
+            ax.text(col, row, f"{value:.0f}", ha="center", va="center", fontsize=8,
+                    color="white" if value < 0.6 * values.max() else "black")
+        ax.set_xticks(range(values.shape[1]), [str(b) for b in range(values.shape[1])])
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set(xlabel="block", title=title)
+        fig.colorbar(image, ax=ax, label="heads" if key == "heads" else "neurons")
+    fig.tight_layout()
+    return fig
+
+
+def search_figure(report: dict[str, Any]) -> Optional[Figure]:
+    """The search's best fitness (and each generation's best and median) against evaluations."""
+    search = report.get("search") or {}
+    history = search.get("history") or []
+    if not history:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    evaluations = [h["evaluations"] for h in history]
+    ax.plot(evaluations, [h["generation_median"] for h in history], color="lightgray", marker=".", label="generation median")
+    ax.plot(evaluations, [h["generation_best"] for h in history], color="gray", marker=".", label="generation best")
+    ax.plot([0] + evaluations, [search["initial_fitness"]] + [min(h["best_fitness"], search["initial_fitness"])
+                                                            for h in history], linewidth=2.5, label="best so far")
+    ax.axhline(search["initial_fitness"], color="black", linestyle="--", linewidth=1, label="initial coefficients")
+    optimizer = (report["method"].get("search") or {}).get("optimizer", "")
+    ax.set(xlabel="fitness evaluations", ylabel="embedding drift (1 - cosine, PCA space)",
+           title=f"coefficient search ({optimizer}): lower is better")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES: dict[str, Callable[[dict[str, Any]], Optional[Figure]]] = {
+    "accuracy_vs_params": lambda report: accuracy_figure(report, "params"),
+    "accuracy_vs_flops": lambda report: accuracy_figure(report, "flops"),
+    "kept_units": kept_units_figure,
+    "search_fitness": search_figure,
+}
+
+
+def write_plots(report: dict[str, Any], directory: str | Path,
+                on_figure: Optional[Callable[[str, Figure], None]] = None) -> dict[str, Path]:
+    """Render every figure the report has data for into ``directory/<name>.png`` (atomically); returns the paths.
+
+    Args:
+        report: a ``report.json`` dict.
+        directory: where the PNGs go.
+        on_figure: also receives each figure before it is closed (e.g. TensorBoard's ``add_figure``).
+    """
+    from ..io import atomic_path
+
+    plt = _pyplot()
+    written = {}
+    for name, make in FIGURES.items():
+        fig = make(report)
+        if fig is None:
+            continue
+        with atomic_path(Path(directory) / f"{name}.png") as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+        if on_figure is not None:
+            on_figure(name, fig)
+        plt.close(fig)
+        written[name] = Path(directory) / f"{name}.png"
+    return written

@@ -22,6 +22,7 @@ from ..scoring import LocalScores
 from .extraction import Correction, Evaluation, ExportSettings, extract_models
 from .importance import AllReduceSum, ImportanceSettings, finish_importance
 from .search import SearchSettings, run_search
+from .splits import choose_splits
 from .state import DenseModel, ExtractedModel, RunState
 
 
@@ -41,7 +42,7 @@ def finish_importance_stage(state: RunState, settings: ImportanceSettings,
 def search_stage(state: RunState, model: nn.Module, images: torch.Tensor, settings: SearchSettings, **options: Any) -> None:
     """Search the coefficients for ``state.local`` and record them (``options``: see :func:`run_search`)."""
     started = time.perf_counter()
-    state.search_settings = settings.to_dict()
+    state.search_settings = settings
     state.search = run_search(model, images, state.elastic_scores(), settings, **options)
     state.timings.add("search", time.perf_counter() - started)
 
@@ -53,9 +54,11 @@ def export_stage(
     run_dir: Optional[str | Path],
     correction: Optional[Correction] = None,
     evaluation: Optional[Evaluation] = None,
+    fitness_images: Optional[torch.Tensor] = None,
     on_model: Optional[Callable[[ExtractedModel], None]] = None,
 ) -> None:
-    """Write the elastic scores, evaluate the dense model, then extract (correct, evaluate, save) every budget.
+    """Choose the budgets' splits, write the elastic scores, evaluate the dense model, then extract
+    (correct, evaluate, save) every budget.
 
     Args:
         state: the run so far (importance and search done).
@@ -63,22 +66,30 @@ def export_stage(
         settings: budgets, rounding, what to save.
         run_dir: the run directory (None: nothing is written, e.g. on DDP ranks other than 0).
         correction, evaluation: the optional post-processing steps (corrected before evaluated).
+        fitness_images: the search's fitness images, for ``settings.split == "fitness"`` (None: the schedule).
         on_model: called with each finished model.
     """
     started = time.perf_counter()
     before = state.timings.correction_s or 0.0, state.timings.evaluation_s or 0.0
+    cost = CostModel(base)
+    budgets = settings.budget_list()
+    state.splits = []
+    if settings.split == "fitness" and fitness_images is not None:
+        search = state.search_settings or SearchSettings()
+        state.splits = choose_splits(base, fitness_images, state.elastic_scores(), budgets,
+                                     candidates=settings.split_candidates, pca_components=search.pca_components,
+                                     batch_size=search.batch_size, mlp_multiple=settings.mlp_multiple, cost=cost)
     scores = state.elastic_scores()
     if run_dir is not None:
         scores.save(Path(run_dir) / settings.scores_file)
         state.scores_file = settings.scores_file
-    cost = CostModel(base)
     state.dense = DenseModel(cost.dense_params, cost.dense_flops)
     if evaluation is not None:
         with state.timings.measure("evaluation"):
             state.dense.metrics = evaluation(base)
     save_dir = Path(run_dir) / "models" if run_dir is not None and settings.save_models else None
     state.extracted = extract_models(
-        base, scores, settings.budget_list(), mlp_multiple=settings.mlp_multiple, correction=correction,
+        base, scores, budgets, mlp_multiple=settings.mlp_multiple, correction=correction,
         evaluation=evaluation, save_dir=save_dir, spec=state.spec, cost=cost, timings=state.timings, on_model=on_model,
     )
     if save_dir is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import torch
 from torch import nn
@@ -15,6 +15,10 @@ from ..elastic.scores import ElasticScores
 from ..models.loading import BackboneSpec
 from ..models.units import Subnet
 from ..scoring.base import LocalScores
+
+if TYPE_CHECKING:
+    from .search import SearchSettings
+    from .splits import SplitChoice
 
 
 @dataclass
@@ -61,6 +65,7 @@ class SearchResult:
         forward_s: seconds inside the fitness forwards (the search's floor).
         history: one entry per generation (``evaluations``, ``best_fitness``, ``sigma``, ...).
         resumed_at: evaluations already made when this process resumed the search (None: not resumed).
+        stopped_by: what ended the search: ``max_evaluations`` or ``max_time``.
     """
 
     coefficients: torch.Tensor
@@ -72,6 +77,7 @@ class SearchResult:
     forward_s: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed_at: Optional[int] = None
+    stopped_by: str = "max_evaluations"
 
     @property
     def improved_on_initial(self) -> bool:
@@ -83,6 +89,7 @@ class SearchResult:
             "evaluations": self.evaluations, "generations": self.generations, "initial_fitness": self.initial_fitness,
             "best_fitness": self.best_fitness, "improved_on_initial": self.improved_on_initial,
             "evaluations_per_rank": self.evaluations_per_rank, "forward_s": round(self.forward_s, 3),
+            "stopped_by": self.stopped_by,
         }
 
 
@@ -152,8 +159,9 @@ class RunState:
     min_head_keep: float = MIN_HEAD_KEEP
     scorer: dict[str, Any] = field(default_factory=dict)  # {"name": ..., **constructor arguments}
     local: Optional[LocalScores] = None
-    search_settings: Optional[dict[str, Any]] = None
+    search_settings: Optional["SearchSettings"] = None
     search: Optional[SearchResult] = None
+    splits: list["SplitChoice"] = field(default_factory=list)
     dense: Optional[DenseModel] = None
     extracted: list[ExtractedModel] = field(default_factory=list)
     scores_file: Optional[str] = None
@@ -169,9 +177,9 @@ class RunState:
             raise RuntimeError("no local scores yet: run the importance stage first")
         settings: dict[str, Any] = {"scorer": self.scorer}
         if self.search_settings is not None:
-            settings["search"] = self.search_settings
+            settings["search"] = self.search_settings.to_dict()
         return ElasticScores(
             self.local.heads, self.local.neurons, None if self.search is None else self.search.coefficients,
             self.spec.to_dict(), self.fingerprint, self.min_mlp_keep, self.min_head_keep, settings,
-            {} if self.search is None else self.search.summary(),
+            {} if self.search is None else self.search.summary(), {c.label: c.head_ratio for c in self.splits},
         )

@@ -80,15 +80,15 @@ class EmbeddingFitness:
         self.forward_seconds += time.perf_counter() - start
         return out
 
+    def distance(self, subnet) -> float:
+        """``1 - mean cosine similarity`` of one sub-network's embeddings to the dense ones (PCA space)."""
+        with use_subnet(self.model, subnet, self.blocks):
+            projected = torch.nn.functional.normalize(self.pca(self.embed()), dim=-1)
+        return 1.0 - float((projected * self.target).sum(dim=-1).mean())
+
     def distances(self, coefficients: torch.Tensor) -> list[float]:
         """``1 - mean cosine similarity`` for each sparsity pair."""
-        values = []
-        for budget in self.pairs:
-            subnet = self.scores.subnet(budget, coefficients=coefficients)[0]
-            with use_subnet(self.model, subnet, self.blocks):
-                projected = torch.nn.functional.normalize(self.pca(self.embed()), dim=-1)
-            values.append(1.0 - float((projected * self.target).sum(dim=-1).mean()))
-        return values
+        return [self.distance(self.scores.subnet(budget, coefficients=coefficients)[0]) for budget in self.pairs]
 
     def __call__(self, coefficients: torch.Tensor) -> float:
         distances = self.distances(coefficients)

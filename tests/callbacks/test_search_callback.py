@@ -15,7 +15,7 @@ def test_on_train_end_runs_the_search_and_saves_every_generation(scored, module,
     expected = run_search(module.backbone, t.datamodule.unlabeled_images(16), module.state.elastic_scores(),
                           SearchSettings(**SETTINGS))
     assert torch.equal(result.coefficients, expected.coefficients) and result.evaluations == 6
-    assert module.state.search_settings["max_evaluations"] == 6 and module.state.timings.search_s > 0
+    assert module.state.search_settings.max_evaluations == 6 and module.state.timings.search_s > 0
     assert load_resume_state(tmp_path)["SearchCallback"]["xnes"]["evaluations"] == 6
 
 

@@ -104,3 +104,13 @@ def test_default_config_prunes_the_shipped_reference_model(tmp_path):
     reference, record = load_pruned(ROOT / "assets" / "reference_vit_fmnist")
     assert cli.model.state.fingerprint == fingerprint(reference)
     assert record["heads"] == [6] * 6 and record["extra"]["metrics"]["val/accuracy"] > 0.85
+
+
+def test_help_leads_with_the_project_and_shows_what_prune_py_runs(capsys):
+    with pytest.raises(SystemExit):
+        prune_main(["--help"])
+    text = capsys.readouterr().out
+    assert text.startswith("usage: python prune.py") and "--resume" in text and "--verbose" in text
+    own, trainer = text.index("--search.max_evaluations"), text.index("--trainer.accelerator")
+    assert own < trainer and text.index("--out_dir") < own
+    assert "default: 500" in text[text.index("--search.num_images"):]  # configs/prune/demo.yaml's value, not the class default

@@ -1,37 +1,71 @@
 import json
 
+import pytest
 import torch
+from PIL import Image
+from rich.console import Console
 
 from snapvit_pl.elastic import Budget
 from snapvit_pl.models import BackboneSpec, Subnet
-from snapvit_pl.pipeline import ExtractedModel, RunState, SearchResult, build_report, write_report
+from snapvit_pl.pipeline import ExtractedModel, RunState, SearchResult, SearchSettings, build_report, write_report
+from snapvit_pl.pipeline.report import rows, summary_table
 from snapvit_pl.pipeline.state import DenseModel
 from snapvit_pl.scoring import LocalScores
 
+METRICS = {"knn_top1": 0.9, "knn_top5": 0.99, "linear_top1": 0.89, "head_top1": 0.88, "throughput_images_per_s": 1500.0}
 
-def _finished_state() -> RunState:
+
+def _finished_state(models: int = 6) -> RunState:
     state = RunState(BackboneSpec("vit_tiny_patch16_224", False), "f" * 64)
-    state.local = LocalScores([torch.ones(2)], [torch.ones(4)])
+    state.local = LocalScores([torch.ones(6)] * 6, [torch.ones(384)] * 6)
     state.scorer = {"name": "ssl_fisher"}
-    state.search = SearchResult(torch.ones(3), evaluations=4, initial_fitness=0.5, best_fitness=0.25, resumed_at=2)
-    state.dense = DenseModel(1000, 20000, {"knn_top1": 0.9, "throughput_images_per_s": 100.0, "timings_s": {}})
-    state.extracted = [ExtractedModel("flops0.5", Budget(flops=0.5), Subnet.from_counts([1], [2]), 0.5, 0.5, 600, 10000,
-                                      metrics={"knn_top1": 0.8}, checkpoint="models/flops0.5")]
+    state.search_settings = SearchSettings(max_evaluations=16)
+    history = [{"generation": g, "evaluations": 8 * g, "generation_best": 0.05 - g * 0.002, "generation_median": 0.06,
+                "best_fitness": 0.05 - g * 0.002, "sigma": 1.0} for g in (1, 2)]
+    state.search = SearchResult(torch.ones(42), evaluations=16, initial_fitness=0.0554044246673584,
+                                best_fitness=0.045711055397987366, resumed_at=8, history=history)
+    state.dense = DenseModel(678730, 72267648, {**METRICS, "timings_s": {}})
+    for i in range(models):
+        ratio = 0.15 + 0.1 * i
+        subnet = Subnet.from_counts([6 - i // 2] * 6, [int(384 * (1 - ratio))] * 6)
+        state.extracted.append(ExtractedModel(
+            f"sparsity0.{i + 1}", Budget(sparsity=0.1 * (i + 1)), subnet, ratio, max(0.0, ratio - 0.15),
+            int(678730 * (0.9 - 0.1 * i)), int(72267648 * (0.9 - 0.1 * i)),
+            metrics={k: v * (1 - 0.01 * i) for k, v in METRICS.items()}, checkpoint=f"models/sparsity0.{i + 1}"))
     state.timings.add("search", 1.5)
     return state
 
 
 def test_report_holds_every_stage():
-    report = build_report(_finished_state())
-    assert report["search"]["resumed_at"] == 2 and report["search"]["improved_on_initial"]
-    assert report["dense"] == {"params": 1000, "flops": 20000, "metrics": {"knn_top1": 0.9, "throughput_images_per_s": 100.0,
-                                                                              "timings_s": {}}}
-    assert report["pruned"][0]["checkpoint"] == "models/flops0.5" and report["timings"] == {"search_s": 1.5}
+    report = build_report(_finished_state(1))
+    assert report["search"]["resumed_at"] == 8 and report["search"]["improved_on_initial"]
+    assert len(report["search"]["history"]) == 2 and report["splits"] == []
+    assert report["dense"]["params"] == 678730 and report["dense"]["metrics"]["knn_top1"] == 0.9
+    assert report["pruned"][0]["checkpoint"] == "models/sparsity0.1" and report["timings"] == {"search_s": 1.5}
 
 
-def test_written_report_and_table(tmp_path, capsys):
+def test_written_report_plots_are_png_and_markdown_is_rounded(tmp_path, capsys):
     report = write_report(_finished_state(), tmp_path, print_table=True)
     assert json.loads((tmp_path / "report.json").read_text()) == report
+    for name in ("accuracy_vs_params", "accuracy_vs_flops", "kept_units", "search_fitness"):
+        path = tmp_path / "plots" / f"{name}.png"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        with Image.open(path) as image:
+            assert image.size[0] > 300 and image.size[1] > 200
     markdown = (tmp_path / "report.md").read_text()
-    assert "| flops0.5 |" in markdown and "knn_top1 (%)" in markdown and "timings_s" not in markdown
+    assert "![kept_units](plots/kept_units.png)" in markdown
+    assert "fitness 0.0554 -> 0.0457" in markdown and "0.045711" not in markdown
+    assert "| dense | - | 679k 100% | 72.3M 100% | 90.00 | 89.00 | 88.00 | 1500 |" in markdown
     assert "Run directory" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_summary_table_fits_the_terminal_without_cut_cells(width):
+    report = build_report(_finished_state())
+    console = Console(width=width, record=True, force_terminal=False)
+    console.print(summary_table(report))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= width
+    if width == 100:  # nothing folded either: every cell is on one line
+        for row in rows(report):
+            assert all(cell in text for cell in row), row

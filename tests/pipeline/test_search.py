@@ -63,3 +63,25 @@ def test_snapshots_continue_one_search(setup):
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         SearchSettings(**kwargs)
+
+
+def test_a_time_budget_stops_the_search_in_time(setup):
+    model, images, scores = setup
+    import time
+
+    started = time.perf_counter()
+    result = run_search(model, images, scores, SearchSettings(max_evaluations=10_000, max_time=1.5, **SMALL))
+    elapsed = time.perf_counter() - started
+    assert result.stopped_by == "max_time" and 0 < result.evaluations < 10_000
+    assert elapsed < 1.5 + 0.5  # the last generation was predicted to fit; setup is included in the budget
+
+
+def test_log_search_keeps_coefficients_positive_and_paper_settings_are_named(setup):
+    model, images, scores = setup
+    result = run_search(model, images, scores, SearchSettings(max_evaluations=8, sigma=2.0, **SMALL))
+    assert bool((result.coefficients > 0).all())
+    paper = SearchSettings.paper()
+    assert (paper.optimizer, paper.sigma, paper.parametrization, paper.popsize, paper.max_evaluations) == \
+        ("xnes", 1.0, "linear", None, 50)
+    with pytest.raises(ConfigError, match="optimizer must be one of"):
+        SearchSettings(optimizer="cma")

@@ -5,7 +5,7 @@ import torch
 
 from snapvit_pl.elastic import Budget
 from snapvit_pl.models import BackboneSpec, Subnet
-from snapvit_pl.pipeline import ExtractedModel, RunState, SearchResult, Timings
+from snapvit_pl.pipeline import ExtractedModel, RunState, SearchResult, SearchSettings, Timings
 from snapvit_pl.scoring import LocalScores
 
 
@@ -25,12 +25,12 @@ def test_elastic_scores_carry_what_the_stages_recorded():
     state.local = LocalScores([torch.ones(2)], [torch.ones(4)])
     state.scorer = {"name": "magnitude", "p": 2}
     assert state.elastic_scores().coefficients is None
-    state.search_settings = {"max_evaluations": 3}
+    state.search_settings = SearchSettings(max_evaluations=3)
     state.search = SearchResult(torch.tensor([1.0, 2.0, 3.0]), evaluations=3, initial_fitness=0.5, best_fitness=0.4)
     scores = state.elastic_scores()
     assert torch.equal(scores.coefficients, torch.tensor([1.0, 2.0, 3.0]))
     assert scores.min_mlp_keep == 0.1 and scores.fingerprint == "abc" and scores.base["model_name"] == "vit_tiny_patch16_224"
-    assert scores.settings == {"scorer": {"name": "magnitude", "p": 2}, "search": {"max_evaluations": 3}}
+    assert scores.settings["scorer"] == {"name": "magnitude", "p": 2} and scores.settings["search"]["max_evaluations"] == 3
     assert scores.search["improved_on_initial"] and scores.search["evaluations"] == 3
 
 
