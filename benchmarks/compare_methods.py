@@ -12,6 +12,8 @@ data subset, its multi-crop views and the search seed, as ``--data.init_args.see
 - ``ours``: SSL-Fisher local scores + the coefficient search (the default ``prune.py`` run), cut at each pair;
 - ``ours_split``: the same scores, cut at each pair's parameter count with the head/MLP split chosen by the
   fitness (``export.split: fitness``, what ``prune.py`` does for a sparsity / params / FLOPs budget);
+- ``paper_search``: the same local scores with the paper's search (xNES, sigma 1 on the coefficients, default
+  population, 50 evaluations; ``SearchSettings.paper()``) on the same fitness images;
 - ``ssl_fisher``: the same local scores with the initial coefficients (``search.max_evaluations: 0``);
 - ``label_fisher`` (needs labels), ``snip_magnitude``, ``lamp``, ``magnitude``, ``random``: the other scorers,
   with the initial coefficients (``--baseline-coefficients none``: local scores alone).
@@ -46,13 +48,14 @@ from snapvit_pl.eval.suite import EvalData  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
 from snapvit_pl.pipeline import (  # noqa: E402
-    Evaluation, EvaluationSettings, choose_splits, extract_models, local_importance, run_search,
+    Evaluation, EvaluationSettings, SearchSettings, choose_splits, extract_models, local_importance, run_search,
 )
 from snapvit_pl.pipeline.importance import scoring_views  # noqa: E402
 from snapvit_pl.scoring import build_scorer  # noqa: E402
 
-METHODS = {  # name -> (scorer, search, uses the data)
-    "ours": ("ssl_fisher", True, True), "ours_split": ("ssl_fisher", True, True), "ssl_fisher": ("ssl_fisher", False, True),
+METHODS = {  # name -> (scorer, search: False / "default" / "paper", uses the data)
+    "ours": ("ssl_fisher", "default", True), "ours_split": ("ssl_fisher", "default", True),
+    "paper_search": ("ssl_fisher", "paper", True), "ssl_fisher": ("ssl_fisher", False, True),
     "label_fisher": ("label_fisher", False, True), "snip_magnitude": ("snip_magnitude", False, True),
     "lamp": ("lamp", False, False), "magnitude": ("magnitude", False, False), "random": ("random", False, True),
 }
@@ -81,17 +84,19 @@ class Settings:
 
 
 def evaluation_data(setup: PruneSetup, settings: Settings, batch_size: int = 256) -> EvalData:
-    """k-NN memory / probe train set from the train split; scored images from the test split or a disjoint train holdout."""
+    """k-NN memory / probe train set from the train split; scored images from the test split, or from a holdout of
+    the train split disjoint from the k-NN memory and from the pruning images."""
     dm = setup.datamodule
     memory = dm.labeled_dataloader("train", settings.train_samples, batch_size)
     if settings.split == "test":
         scored = dm.labeled_dataloader("val", settings.val_samples, batch_size)
     else:
         base = dm.base_dataset("train")
-        taken = set(memory.dataset.dataset.indices) if isinstance(memory.dataset.dataset, Subset) else set()
+        pruning = dm.dataset("train")  # the images the methods score with (labels too, for label_fisher)
+        taken = {i for d in (memory.dataset.dataset, pruning) if isinstance(d, Subset) for i in d.indices}
         holdout = balanced_subset_indices(len(base), dataset_targets(base), settings.val_samples or 10000, seed=12345,
                                           keep=lambda i: i not in taken)
-        scored = DataLoader(Subset(dm.labeled_dataset("train", None), holdout), batch_size=batch_size)
+        scored = DataLoader(Subset(dm.labeled_dataset("train", len(base)), holdout), batch_size=batch_size)  # whole split
     return EvalData(train=list(memory), val=list(scored), num_classes=dm.num_classes)
 
 
@@ -127,14 +132,17 @@ def method_scores(method: str, setup: PruneSetup, seed: int, coefficients: str, 
     blocks = len(local.heads)
     scores = ElasticScores(local.heads, local.neurons, None, setup.spec.to_dict(), fingerprint(setup.model),
                            setup.importance.min_mlp_keep, setup.importance.min_head_keep)
-    if searched and "search" in shared:
-        scores.coefficients, info["search"] = shared["search"]
+    if searched and f"search/{searched}" in shared:
+        scores.coefficients, info["search"] = shared[f"search/{searched}"]
     elif searched:
         started = time.perf_counter()
         images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
-        result = run_search(setup.model, images, scores, setup.search)
+        search = setup.search if searched == "default" else SearchSettings.paper(
+            seed=setup.search.seed, num_images=setup.search.num_images, batch_size=setup.search.batch_size,
+            pca_components=setup.search.pca_components, sparsity_pairs=setup.search.sparsity_pairs)
+        result = run_search(setup.model, images, scores, search)
         scores.coefficients = result.coefficients
-        shared["search"] = (result.coefficients, result.summary())
+        shared[f"search/{searched}"] = (result.coefficients, result.summary())
         info.update(search=result.summary(), search_s=time.perf_counter() - started)
         log(f"  search: {result.evaluations} evaluations, fitness {result.initial_fitness:.4f} -> "
             f"{result.best_fitness:.4f} ({info['search_s']:.1f}s)")

@@ -49,7 +49,7 @@ def main() -> None:
     # the search evaluates the initial coefficients, then every candidate: replay the same sub-networks
     evaluated = [initial_coefficients(len(local.heads), [len(h) for h in local.heads], *settings.initial_range)]
     start = time.perf_counter()
-    result = run_search(model, images, scores, settings, on_generation=lambda p, es, candidates, v: evaluated.extend(candidates))
+    result = run_search(model, images, scores, settings, on_generation=lambda es, candidates, v: evaluated.extend(candidates))
     search_s = time.perf_counter() - start
     pairs = [Budget(mlp_ratio=m, head_ratio=h) for m, h in settings.sparsity_pairs]
     pruned = [prune_(copy.deepcopy(model), scores.subnet(b, coefficients=c)[0]) for c in evaluated for b in pairs]

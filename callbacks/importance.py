@@ -39,6 +39,8 @@ class ImportanceCallback(pl.Callback):
         self._started = time.perf_counter()
         if self._local is not None:
             record_importance(pl_module.state, self.settings, self._local)  # the data pass is skipped
+            if trainer.progress_bar_callback is not None:
+                trainer.progress_bar_callback.disable()  # no empty "epoch 0, 0 batches" bar for the skipped pass
         else:
             start_importance(self.settings.scorer, pl_module.backbone, pl_module.teacher)
 

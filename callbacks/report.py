@@ -1,12 +1,12 @@
 """Report stage: ``report.json`` + ``report.md`` in the run directory and a summary table (``teardown``)."""
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 import pytorch_lightning as pl
 
 from snapvit_pl.lightning.pruning_module import PruningModule
+from snapvit_pl.lightning.tensorboard import merge_event_files
 from snapvit_pl.pipeline import ReportSettings, write_report
 from snapvit_pl.pipeline.report import logged_metrics
 
@@ -20,16 +20,13 @@ class ReportCallback(pl.Callback):
 
     def __init__(self, settings: Optional[ReportSettings] = None):
         self.settings = settings or ReportSettings()
-        self._started = time.perf_counter()
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
-        self._started = time.perf_counter()
 
     def teardown(self, trainer: pl.Trainer, pl_module: PruningModule, stage: str) -> None:
         state = pl_module.state
         if stage != "fit" or not trainer.is_global_zero or state.dense is None:
             return  # not the end of a finished fit (an interrupted or failed run writes no report)
-        state.timings.total_s = time.perf_counter() - self._started
+        state.timings.total_s = state.elapsed()
+        state.skipped_files = dict(getattr(trainer.datamodule, "skipped", {}) or {})
         experiment = getattr(trainer.logger, "experiment", None)
         on_figure = (lambda name, fig: experiment.add_figure(f"report/{name}", fig)) if hasattr(experiment, "add_figure") else None
         report = write_report(state, trainer.default_root_dir, self.settings.print_table, self.settings.plots, on_figure)
@@ -41,3 +38,5 @@ class ReportCallback(pl.Callback):
             trainer.logger.log_hyperparams({"scorer": state.scorer.get("name"), **{f"search.{k}": str(v) for k, v in search.items()}},
                                            metrics)
             trainer.logger.finalize("success")
+            if state.elapsed_before and getattr(trainer.logger, "log_dir", None):  # a resumed run: one event file
+                merge_event_files(trainer.logger.log_dir)

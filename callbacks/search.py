@@ -10,7 +10,7 @@ import torch
 from snapvit_pl.lightning.pruning_module import PruningModule
 from snapvit_pl.lightning.resume import save_resume_state
 from snapvit_pl.pipeline import SearchProgress, SearchSettings, search_stage
-from snapvit_pl.search import XNES
+from snapvit_pl.search import EvolutionStrategy
 
 
 class SearchCallback(pl.Callback):
@@ -18,7 +18,8 @@ class SearchCallback(pl.Callback):
 
     Under DDP each rank evaluates its share of every generation (each candidate exactly once);
     the ranks share the seed, so they hold the same search state. Resumable: the progress is
-    saved after every generation and a resumed run continues from there.
+    saved after every round of evaluations (one candidate per rank), and a resumed run continues
+    from there, in the middle of a generation too.
 
     Args:
         settings: the search settings.
@@ -36,12 +37,17 @@ class SearchCallback(pl.Callback):
         images = trainer.datamodule.unlabeled_images(self.settings.num_images, self.settings.batch_size).to(pl_module.device)
         search_stage(pl_module.state, pl_module.backbone, images, self.settings, rank=trainer.global_rank,
                      world_size=world, all_gather=gather, resume=self._progress,
-                     on_generation=lambda progress, es, candidates, values: self._generation_done(trainer, progress, es, values),
+                     on_progress=lambda progress: self._save(trainer, progress),
+                     on_generation=lambda es, candidates, values: self._log(trainer, es, values),
                      progress=trainer.is_global_zero and trainer.progress_bar_callback is not None and sys.stderr.isatty())
 
-    def _generation_done(self, trainer: pl.Trainer, progress: SearchProgress, es: XNES, values: torch.Tensor) -> None:
+    def _save(self, trainer: pl.Trainer, progress: SearchProgress) -> None:
+        """After every round of evaluations: what a resumed run continues from."""
         self._progress = progress
         save_resume_state(trainer)
+
+    @staticmethod
+    def _log(trainer: pl.Trainer, es: EvolutionStrategy, values: torch.Tensor) -> None:
         if trainer.logger is not None:
             first = es.evaluations - len(values)
             for offset, value in enumerate(values.tolist()):

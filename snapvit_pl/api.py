@@ -18,6 +18,7 @@ from .elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from .elastic.scores import ElasticScores
 from .errors import ConfigError
 from .models.loading import BackboneSpec, fingerprint
+from .models.modes import eval_mode
 from .pipeline.importance import ImportanceSettings, local_importance, scoring_views
 from .pipeline.search import SearchSettings
 from .pipeline.stages import search_stage
@@ -61,11 +62,9 @@ def fit_elastic(
     settings = ImportanceSettings(scorer, min_mlp_keep, min_head_keep)
     search = search if search is not None else SearchSettings()
     views = scoring_views(settings.scorer)
-    was_training = model.training
-    model.eval()
     collected: list[torch.Tensor] = []
     batches = _scoring_batches(loader, views, collected, search.num_images if fitness_images is None else 0, crop_seed)
-    try:
+    with eval_mode(model):
         state = RunState(spec or BackboneSpec(_architecture_name(model), pretrained=False), fingerprint(model),
                          min_mlp_keep, min_head_keep)
         state.local = local_importance(settings.scorer, model, batches, progress=progress)
@@ -82,8 +81,6 @@ def fit_elastic(
                 fitness_images = torch.cat(collected)[: search.num_images]
         search_stage(state, model, fitness_images if fitness_images is not None else torch.empty(0), search,
                      progress=progress)
-    finally:
-        model.train(was_training)
     scores = state.elastic_scores()
     if spec is None:
         scores.base = {}  # unknown build arguments: extraction needs the model itself (scores.extract(model, ...))

@@ -6,6 +6,7 @@ their traceback.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import shutil
 import sys
@@ -14,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from .errors import ConfigError, SnapViTError, exit_with_error
+from .errors import ConfigError, SnapViTError, config_error, exit_with_error
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PRUNE_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
@@ -157,13 +158,17 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None):
         parser_kwargs={"description": "Prune a pretrained ViT into an elastic family of sub-networks (SnapViT):\n"
                                       "local importance, coefficient search, pruned models at budgets, report.",
                        "usage": PRUNE_USAGE, "epilog": PRUNE_EPILOG, "formatter_class": _help_formatter(),
+                       "exit_on_error": False,
                        **({"default_config_files": [str(help_defaults)]} if help_defaults else {})},
         trainer_defaults={}, auto_configure_optimizers=False,
     )
 
 
 def _resume_args(argv: list[str]) -> tuple[list[str], Optional[Path]]:
-    """``--resume RUN_DIR`` -> the run's saved config and out_dir, then any other overrides."""
+    """``--resume RUN_DIR`` -> the run's saved config and out_dir, then any other overrides (refused when they
+    change what the run computes)."""
+    from .lightning.resume import check_resume
+
     resume = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--resume"), None)
     resume = resume or next((a.split("=", 1)[1] for a in argv if a.startswith("--resume=")), None)
     if resume is None:
@@ -174,6 +179,7 @@ def _resume_args(argv: list[str]) -> tuple[list[str], Optional[Path]]:
         raise ConfigError(f"{run_dir} has no config.yaml: --resume takes the directory of an interrupted prune.py run")
     if (run_dir / "report.json").exists():
         raise ConfigError(f"{run_dir} already finished (report.json exists); nothing to resume")
+    check_resume((run_dir / "config.yaml").read_text(), rest)
     return ["--config", str(run_dir / "config.yaml"), *rest, "--out_dir", str(run_dir), "--overwrite", "true"], run_dir
 
 
@@ -190,7 +196,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
     import signal
 
     from .io import write_text_atomic
-    from .lightning.resume import RESUME_FILE, load_resume_state, restore_callbacks
+    from .lightning.resume import has_progress, load_resume_state, restore_run, start_resume_state
 
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = _pop_flag(argv, "--verbose")
@@ -209,23 +215,38 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         created = not out_dir.exists()
         out_dir.mkdir(parents=True, exist_ok=True)
         if resume_dir is not None:
-            restore_callbacks(cli.trainer, load_resume_state(resume_dir))
+            restore_run(cli.trainer, cli.model, load_resume_state(resume_dir))
         else:
             write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_none=False))
+            start_resume_state(out_dir, cli.model)
         signal.signal(signal.SIGTERM, _raise_interrupted)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    except SnapViTError as err:
-        if created and out_dir is not None and not (out_dir / RESUME_FILE).exists():
+    except (SnapViTError, argparse.ArgumentError) as err:
+        if created and out_dir is not None and not has_progress(out_dir):
             shutil.rmtree(out_dir, ignore_errors=True)  # a run that failed on bad input leaves nothing behind
-        return exit_with_error(err, verbose)
+        return exit_with_error(err if isinstance(err, SnapViTError) else config_error(err, "python prune.py"), verbose)
     except (KeyboardInterrupt, SystemExit) as err:
         if isinstance(err, SystemExit) and err.code in (0, None):
             raise
         if out_dir is None:
             raise
-        print(f"interrupted: progress is saved in {out_dir}; continue with: python prune.py --resume {out_dir}", file=sys.stderr)
+        from .lightning.resume import RESUME_FILE
+
+        if (out_dir / RESUME_FILE).exists():
+            print(f"interrupted: progress is saved in {out_dir}; continue with: python prune.py --resume {out_dir}",
+                  file=sys.stderr)
+        else:
+            print("interrupted before anything was saved; start the run again", file=sys.stderr)
         return 130
     return 0
+
+
+def finetune_dir(checkpoint: str | Path) -> Path:
+    """Where fine-tuning ``checkpoint`` writes when no directory is given: ``runs/finetune/<run>-<budget>`` for
+    ``runs/prune/<run>/models/<budget>``, else ``runs/finetune/<checkpoint name>``."""
+    path = Path(checkpoint).resolve()
+    name = f"{path.parent.parent.name}-{path.name}" if path.parent.name == "models" else path.name
+    return Path("runs") / "finetune" / name
 
 
 def _train_cli(argv: list[str]):
@@ -242,9 +263,20 @@ def _train_cli(argv: list[str]):
             # bf16 mixed precision when a GPU exists; fp32 on CPU (bf16 autocast is slow there).
             parser.set_defaults({"trainer.max_epochs": 10, "trainer.precision": "bf16-mixed" if torch.cuda.is_available() else "32-true"})
 
+        def before_instantiate_classes(self) -> None:
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            if config.trainer.default_root_dir is None and config.model.checkpoint:
+                config.trainer.default_root_dir = str(finetune_dir(config.model.checkpoint))
+            if config.trainer.logger in (None, True):  # TensorBoard in the run directory, as prune.py
+                config.trainer.logger = {
+                    "class_path": "pytorch_lightning.loggers.TensorBoardLogger",
+                    "init_args": {"save_dir": config.trainer.default_root_dir or "runs/train", "name": "tensorboard",
+                                  "version": ""},
+                }
+
     return TrainCLI(
         FinetuneModule, VisionDataModule, subclass_mode_data=True, args=argv, seed_everything_default=0,
-        parser_kwargs={"description": "Fine-tune a pruned ViT (or train a dense one)."},
+        parser_kwargs={"description": "Fine-tune a pruned ViT (or train a dense one).", "exit_on_error": False},
         save_config_kwargs={"overwrite": True},
     )
 
@@ -255,6 +287,6 @@ def train_main(argv: Optional[list[str]] = None) -> int:
     verbose = _pop_flag(argv, "--verbose")
     try:
         _train_cli(argv)
-    except SnapViTError as err:
-        return exit_with_error(err, verbose)
+    except (SnapViTError, argparse.ArgumentError) as err:
+        return exit_with_error(err if isinstance(err, SnapViTError) else config_error(err, "python train.py"), verbose)
     return 0

@@ -29,6 +29,25 @@ class ConfigError(SnapViTError, ValueError):
     """A command-line or YAML setting is invalid or conflicts with existing files."""
 
 
+def config_error(err: BaseException, command: str) -> "ConfigError":
+    """A configuration parser's (jsonargparse) error as one line: the deepest key named and why it was refused."""
+    import re
+
+    message = str(err)
+    keys = re.findall(r'(?:Parser key|key) "([^"]+)"', message)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    reason = lines[0] if lines else type(err).__name__
+    nested = [i for i, line in enumerate(lines) if line.startswith(("Parser key", "- Problem with given class_path"))]
+    if nested and nested[-1] + 1 < len(lines):  # the deepest refusal's own reason
+        reason = lines[nested[-1] + 1]
+    keys = [k for k in keys if not k.startswith("--")]
+    key = ".".join(keys)
+    if len(keys) > 1 and "class_path" in message:  # a subclass's argument: --data.init_args.batch_size
+        key = f"{keys[0]}.init_args.{'.'.join(keys[1:])}"
+    where = f"--{key}: " if key and key not in reason else ""
+    return ConfigError(f"{where}{reason.rstrip('.')}; see {command} --help for the accepted values")
+
+
 def exit_with_error(err: BaseException, verbose: bool = False) -> int:
     """The one error exit of every command line: print ``error: <message>`` as a single line and return
     status 2, or re-raise ``err`` (with its traceback) when ``verbose`` (``--verbose``, ``SNAPVIT_VERBOSE=1``)."""

@@ -15,7 +15,9 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
     """Yield a temporary path beside ``path``; on success rename it onto ``path``.
 
     Works for files and directories. On any exception the temporary file or directory is
-    removed, so ``path`` is either its old self or complete, never half-written.
+    removed, so ``path`` is either its old self or complete, never half-written. What is renamed
+    into place gets the permissions the umask gives new files (the temporary directory itself is
+    private, and some writers create 0600 files).
     """
     path = Path(path)
     if path.exists() and not overwrite:
@@ -25,6 +27,7 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
     target = tmp / path.name
     try:
         yield target
+        _follow_umask(target)
         if path.is_dir() and not path.is_symlink():
             trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.replace(path, trash / path.name)
@@ -34,6 +37,20 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
             os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _follow_umask(target: Path) -> None:
+    """Files 0666 and directories 0777, less the umask (e.g. 0644 / 0755), through a directory tree."""
+    mask = _umask()
+    for item in [target, *(target.rglob("*") if target.is_dir() else [])]:
+        if not item.is_symlink():
+            item.chmod((0o777 if item.is_dir() else 0o666) & ~mask)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -94,3 +94,11 @@ def test_model_choice_must_be_unique(pruned_dir, capsys):
     assert "exactly one model" in capsys.readouterr().err
     assert main(["--model", "vit_tiny_patch16_224", "--model-kwargs", "[1]"]) == 2
     assert "JSON object" in capsys.readouterr().err
+
+
+def test_unreadable_weights_file_is_one_error_line(tmp_path, capsys):
+    (tmp_path / "random.safetensors").write_bytes(bytes(range(256)) * 16)
+    code = main(["--model", "vit_tiny_patch16_224", "--model-kwargs", json.dumps(TINY),
+                 "--weights", str(tmp_path / "random.safetensors"), "--metrics", "head"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: could not load") and err.count("\n") == 1

@@ -11,6 +11,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 import numpy as np
 import pytorch_lightning as pl
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 import torch
 from PIL import Image
 from torch import nn
@@ -19,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 from .transforms import (
     GLOBAL_CROP_SCALE, LOCAL_CROP_SCALE, N_GLOBAL_VIEWS, N_LOCAL_VIEWS, MultiCropTransform, resolve_input_config,
 )
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,8 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         self,
         root: str = "data",
         download: bool = False,
-        batch_size: int = 64,
-        num_workers: int = 0,
+        batch_size: PositiveInt = 64,
+        num_workers: NonNegativeInt = 0,
         pin_memory: bool = False,
         seed: int = 0,
         max_samples: Optional[int] = None,
@@ -264,6 +265,13 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         multicrop_color_jitter: float = 0.0,
     ):
         super().__init__()
+        problems = [f"{name} must be >= {low}, got {value}" for name, value, low in
+                    (("batch_size", batch_size, 1), ("num_workers", num_workers, 0), ("n_global_views", n_global_views, 0),
+                     ("n_local_views", n_local_views, 0)) if value < low]
+        if max_samples is not None and max_samples < 1:
+            problems.append(f"max_samples must be >= 1 (or null for the whole split), got {max_samples}")
+        if problems:
+            raise ConfigError("data: " + "; ".join(problems))
         self.root, self.download = root, download
         self.batch_size, self.num_workers, self.pin_memory, self.seed = batch_size, num_workers, pin_memory, seed
         self.max_samples, self.skip_corrupt, self.train_augment = max_samples, skip_corrupt, train_augment
@@ -334,10 +342,11 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         indices = balanced_subset_indices(len(base), dataset_targets(base), limit, self.seed,
                                           keep if sample_files is not None else None)
         if sample_files is not None:
+            new = sorted(set(unreadable) - set(self.skipped.get(split, [])))  # each file is reported once
             self.skipped[split] = sorted(set(self.skipped.get(split, [])) | set(unreadable))
-            if unreadable:
-                log.warning("skipped %d unreadable file(s) in the %s split: %s%s", len(unreadable), split,
-                            ", ".join(unreadable[:3]), " ..." if len(unreadable) > 3 else "")
+            if new:
+                log.warning("skipped %d unreadable file(s) in the %s split: %s%s", len(new), split,
+                            ", ".join(new[:3]), " ..." if len(new) > 3 else "")
         subset = base if len(indices) == len(base) else Subset(base, indices)
         self._subsets[split, limit] = subset
         return subset

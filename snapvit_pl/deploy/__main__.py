@@ -9,10 +9,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..errors import SnapViTError, exit_with_error
+from ..errors import ConfigError, SnapViTError, exit_with_error
 from ..eval.throughput import measure_throughput
 from ..models import input_shape, load_pruned
-from .onnx import check_onnx, export_onnx, onnx_throughput
+from . import INSTALL_HINT
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,8 +35,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     try:
+        try:
+            from .onnx import check_onnx, export_onnx, onnx_throughput
+        except ImportError as err:
+            raise ConfigError(f"ONNX export needs the deploy extra ({err.name or err} is missing): {INSTALL_HINT}") from err
         model, _ = load_pruned(args.checkpoint)
-        path = export_onnx(model, args.out, opset=args.opset)
+        try:
+            path = export_onnx(model, args.out, opset=args.opset)
+        except OSError as err:
+            raise ConfigError(f"cannot write {args.out} ({err.strerror or err}); choose a writable --out") from err
     except SnapViTError as err:
         return exit_with_error(err, args.verbose)
     print(f"wrote {path} (opset {args.opset}, dynamic batch)")

@@ -12,9 +12,8 @@ import os
 import statistics
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import onnx
@@ -24,26 +23,10 @@ from torch import nn
 
 from ..io import atomic_path
 from ..models import input_shape as model_input_shape
-from ..models import manual_attention
+from ..models import eval_mode, manual_attention
+from .program import example_input
 
 INPUT, OUTPUT = "images", "output"
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Put ``model`` in eval mode, restoring its train/eval mode afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
-
-
-def example_input(model: nn.Module, shape: Sequence[int], batch_size: int) -> torch.Tensor:
-    """A random batch on the model's device, in its dtype."""
-    param = next(model.parameters())
-    return torch.randn(batch_size, *shape, device=param.device, dtype=param.dtype)
 
 
 def _pack_external_data(tmp: Path, name: str) -> None:

@@ -8,7 +8,13 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 
 from ..models import input_shape as model_input_shape
-from .onnx import eval_mode, example_input
+from ..models import eval_mode
+
+
+def example_input(model: nn.Module, shape: Sequence[int], batch_size: int) -> torch.Tensor:
+    """A random batch on the model's device, in its dtype."""
+    param = next(model.parameters())
+    return torch.randn(batch_size, *shape, device=param.device, dtype=param.dtype)
 
 
 def export_program(model: nn.Module, input_shape: Sequence[int] | None = None) -> ExportedProgram:

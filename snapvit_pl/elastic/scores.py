@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import CheckpointError
 from ..io import atomic_path
-from ..models.loading import fingerprint
+from ..models.loading import UNREADABLE_CHECKPOINT, fingerprint
 from ..models.surgery import prune_
 from ..models.units import Subnet, prunable_blocks
 from .budget import Budget, CostModel, resolve
@@ -160,7 +160,7 @@ class ElasticScores:
             with safe_open(str(path), framework="pt") as f:
                 header = json.loads((f.metadata() or {}).get("snapvit", "null"))
                 tensors = {k: f.get_tensor(k) for k in f.keys()}
-        except (SafetensorError, json.JSONDecodeError, OSError) as err:
+        except (*UNREADABLE_CHECKPOINT, json.JSONDecodeError) as err:
             raise CheckpointError(f"{path} is not a readable elastic-scores file ({err}); re-run prune.py to rewrite it") from err
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise CheckpointError(f"{path} is not a snapvit-pl elastic-scores file (format != {FORMAT!r})")

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..device import autocast_context, resolve_device
+from ..models.modes import eval_mode
 
 
 def patch_grid_size(model: nn.Module, image_size: tuple[int, int]) -> tuple[int, int]:
@@ -66,10 +67,9 @@ def extract_features(
     if not (embeddings or patch_tokens):
         raise ValueError("request embeddings, patch_tokens or both")
     device = resolve_device(device)
-    was_training = model.training
-    model.to(device).eval()
+    model.to(device)
     pooled, tokens, targets, grid_size = [], [], [], None
-    try:
+    with eval_mode(model):
         for images, batch_targets in tqdm(dataloader, desc=description, disable=not progress):
             images = images.to(device, non_blocking=True)
             with autocast_context(device, precision):
@@ -83,8 +83,6 @@ def extract_features(
                     raise ValueError(f"{patches.shape[1]} patch tokens do not fill a {grid_size} grid")
                 tokens.append(patches.float().cpu())
             targets.append(torch.as_tensor(batch_targets).cpu())
-    finally:
-        model.train(was_training)
     return ExtractedFeatures(
         embeddings=torch.cat(pooled) if embeddings else None,
         patch_tokens=torch.cat(tokens) if patch_tokens else None,

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..device import autocast_context, resolve_device, synchronize
+from ..models.modes import eval_mode
 
 
 @dataclass
@@ -56,23 +57,19 @@ def measure_throughput(
     """
     device = resolve_device(device)
     on_cuda = device.type == "cuda"
-    was_training = model.training
-    model.to(device).eval()
+    model.to(device)
     inputs = torch.randn(batch_size, *input_shape, device=device)
     if on_cuda:
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     timings = []
-    try:
-        with autocast_context(device, precision):
-            for iteration in range(warmup + repeats):
-                start = time.perf_counter()
-                model(inputs)
-                synchronize(device)
-                if iteration >= warmup:
-                    timings.append(time.perf_counter() - start)
-    finally:
-        model.train(was_training)
+    with eval_mode(model), autocast_context(device, precision):
+        for iteration in range(warmup + repeats):
+            start = time.perf_counter()
+            model(inputs)
+            synchronize(device)
+            if iteration >= warmup:
+                timings.append(time.perf_counter() - start)
     median = statistics.median(timings)
     return ThroughputResult(
         images_per_second=batch_size / median,

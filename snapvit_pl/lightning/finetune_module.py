@@ -12,10 +12,10 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..data.base import epoch_seed
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from ..models.checkpoint import load_pruned
 from ..models.embedding import embed
-from ..models.loading import BackboneSpec, load_backbone
+from ..models.loading import BackboneSpec, fingerprint, load_backbone
 
 
 class FinetuneModule(pl.LightningModule):
@@ -32,8 +32,10 @@ class FinetuneModule(pl.LightningModule):
         distill: ``kl`` on logits (needs classifier heads) or ``cosine`` / ``mse`` on embeddings.
         distill_weight: weight of the distillation term when ``loss: both``.
         temperature: softening temperature of the KL term.
-        teacher_model_name: timm name of the unpruned teacher (default: the checkpoint's base model).
-        teacher_pretrained: load timm's weights for the teacher.
+        teacher_model_name: timm name of the unpruned teacher. Default, for a checkpoint exported by
+            ``prune.py``: the very base model it was cut from (its recorded spec and weights, checked
+            against the recorded fingerprint); otherwise the checkpoint's base architecture.
+        teacher_pretrained: load timm's weights for the teacher (default: as recorded, else true).
         teacher_checkpoint_path: local weights file of the teacher.
         lr: peak AdamW learning rate.
         weight_decay: AdamW weight decay.
@@ -54,7 +56,7 @@ class FinetuneModule(pl.LightningModule):
         distill_weight: float = 1.0,
         temperature: float = 1.0,
         teacher_model_name: Optional[str] = None,
-        teacher_pretrained: bool = True,
+        teacher_pretrained: Optional[bool] = None,
         teacher_checkpoint_path: Optional[str] = None,
         lr: float = 1e-3,
         weight_decay: float = 0.05,
@@ -76,10 +78,7 @@ class FinetuneModule(pl.LightningModule):
             raise ConfigError("give model.checkpoint (a pruned checkpoint) or model.model_name (a dense timm model)")
         self.teacher: Optional[nn.Module] = None
         if loss != "ce":
-            teacher_spec = BackboneSpec(
-                teacher_model_name or self.spec.model_name, teacher_pretrained, teacher_checkpoint_path, dict(self.spec.model_kwargs)
-            )
-            self.teacher = load_backbone(teacher_spec).eval().requires_grad_(False)
+            self.teacher = self._teacher(teacher_model_name, teacher_pretrained, teacher_checkpoint_path)
         self.num_classes = getattr(self.model, "num_classes", 0)
         if loss != "distill" and not self.num_classes:
             raise ConfigError("loss 'ce' needs a classifier head: set model_kwargs.num_classes (or use loss: distill)")
@@ -88,6 +87,21 @@ class FinetuneModule(pl.LightningModule):
         if self.num_classes:
             self.train_accuracy = MulticlassAccuracy(self.num_classes, average="micro")
             self.val_accuracy = MulticlassAccuracy(self.num_classes, average="micro")
+
+    def _teacher(self, model_name: Optional[str], pretrained: Optional[bool], checkpoint_path: Optional[str]) -> nn.Module:
+        extra = (self.record or {}).get("extra") or {}
+        recorded = model_name is None and checkpoint_path is None and pretrained is None and extra.get("base_spec")
+        if recorded:  # the base model prune.py cut this checkpoint from
+            teacher = load_backbone(BackboneSpec.from_dict(extra["base_spec"]))
+            if extra.get("base_fingerprint") and fingerprint(teacher) != extra["base_fingerprint"]:
+                raise CheckpointError(
+                    f"the base weights recorded for {self.hparams.checkpoint} ({extra['base_spec']}) have changed since it "
+                    "was pruned; pass the unpruned model as model.teacher_checkpoint_path"
+                )
+        else:
+            teacher = load_backbone(BackboneSpec(model_name or self.spec.model_name, True if pretrained is None else pretrained,
+                                                 checkpoint_path, dict(self.spec.model_kwargs)))
+        return teacher.eval().requires_grad_(False)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)

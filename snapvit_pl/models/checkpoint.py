@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import CheckpointError, SnapViTError
 from ..io import atomic_path
-from .loading import BackboneSpec, load_backbone
+from .loading import UNREADABLE_CHECKPOINT, BackboneSpec, load_backbone
 from .surgery import architecture, prune_
 from .units import Subnet
 
@@ -133,7 +132,7 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
     try:
         state = load_file(str(weights), device=str(map_location))
         model.load_state_dict(state, strict=True)
-    except (SafetensorError, RuntimeError, OSError) as err:
+    except UNREADABLE_CHECKPOINT as err:
         raise CheckpointError(
             f"weights {weights} do not match record {path / RECORD}: {' '.join(str(err).split())[:400]}"
         ) from err

@@ -1,30 +1,18 @@
 """Parameter and FLOP counts of dense and pruned models."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from .modes import eval_mode, frozen, manual_attention
+
 
 def count_params(model: nn.Module, trainable_only: bool = False) -> int:
     """Number of parameters (all, or only those with ``requires_grad``)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
-
-
-@contextmanager
-def manual_attention(model: nn.Module) -> Iterator[nn.Module]:
-    """Temporarily switch every timm attention module to its explicit (non-SDPA) path."""
-    saved = [(m, m.fused_attn) for m in model.modules() if hasattr(m, "fused_attn")]
-    try:
-        for module, _ in saved:
-            module.fused_attn = False
-        yield model
-    finally:
-        for module, fused in saved:
-            module.fused_attn = fused
 
 
 def input_shape(model: nn.Module) -> tuple[int, int, int]:
@@ -42,18 +30,14 @@ def flop_counts(model: nn.Module, shape: Sequence[int] | None = None) -> tuple[i
     """Total FLOPs of one forward pass on one image of ``shape`` (C, H, W), and FLOPs per module name.
 
     Counted by ``torch.utils.flop_counter`` with attention on the manual path (the CPU SDPA
-    kernels are not registered with the counter); a multiply-add counts as 2 FLOPs.
+    kernels are not registered with the counter); a multiply-add counts as 2 FLOPs. The model's
+    train/eval mode and its parameters' ``requires_grad`` flags are left as they were.
     """
     shape = tuple(shape) if shape is not None else input_shape(model)
     param = next(model.parameters())
     x = torch.zeros(1, *shape, device=param.device, dtype=param.dtype)
-    was_training = model.training
-    model.eval()
-    try:
-        with manual_attention(model), FlopCounterMode(display=False) as counter:
-            model(x)
-    finally:
-        model.train(was_training)
+    with eval_mode(model), frozen(model), manual_attention(model), FlopCounterMode(display=False) as counter:
+        model(x)
     per_module = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
     return int(counter.get_total_flops()), per_module
 

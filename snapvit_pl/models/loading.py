@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import pickle
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import timm
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from ..errors import CheckpointError, ConfigError, UnsupportedModelError
@@ -66,6 +68,9 @@ def _decode(value: Any) -> Any:
     return value
 
 
+#: What loading a missing, truncated, corrupt or foreign weights file raises (mapped to ``CheckpointError``).
+UNREADABLE_CHECKPOINT = (RuntimeError, OSError, ValueError, KeyError, EOFError, SafetensorError, pickle.UnpicklingError)
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -103,7 +108,7 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
         model = timm.create_model(spec.model_name, pretrained=spec.pretrained and spec.checkpoint_path is None, **kwargs)
     except TypeError as err:
         raise ConfigError(f"timm model '{spec.model_name}' does not accept these model_kwargs: {err}; fix model_kwargs") from err
-    except (RuntimeError, OSError, ValueError, KeyError) as err:
+    except UNREADABLE_CHECKPOINT as err:
         where = spec.checkpoint_path or f"the hub weights of {spec.model_name}"
         hint = (
             "check that the file is a complete state dict for this architecture (model_kwargs included)"

@@ -22,6 +22,18 @@ SUPPORTED_MODELS = (VisionTransformer, Eva)  # VisionTransformerDistilled subcla
 SUPPORTED_ATTENTION = (Attention, EvaAttention, AttentionRope)
 SUPPORTED_MLP = (Mlp, GluMlp, SwiGLU)
 
+#: Why known timm architectures (model or block classes) are refused.
+REFUSED = {
+    "Beit": "BEiT attention keeps a relative-position bias table per head (and fixed q/v biases) that head "
+            "pruning would have to slice; not implemented",
+    "NaFlexVit": "NaFlexVit takes variable-resolution patch sequences with masks, but pruning needs fixed-size "
+                 "image inputs (fitness, cost model, surgery tests)",
+    "ParallelThingsBlock": "its attention and MLP run as parallel branches (lists attns/ffns), not one attn and one "
+                           "mlp per block",
+    "ParallelScalingBlock": "its attention and MLP share one fused input projection (in_proj), so heads and MLP "
+                            "neurons cannot be cut apart",
+}
+
 
 @dataclass(frozen=True)
 class Slot:
@@ -89,12 +101,14 @@ def _norm_slots(module: nn.Module, name: str) -> list[Slot]:
     return [Slot(f"{name}.{p}") for p in ("weight", "bias") if _present(module, f"{name}.{p}")]
 
 
-def attention_units(attn: nn.Module) -> UnitGroup:
+def attention_units(attn: nn.Module, block: int | None = None) -> UnitGroup:
     """Layout of the heads of a timm ``Attention``, ``EvaAttention`` or ``AttentionRope``."""
     if isinstance(attn, AttentionRope) and attn.num_kv_heads != attn.num_heads:
+        where = "" if block is None else f"block {block}: "
         raise UnsupportedModelError(
-            "grouped-query attention (num_kv_heads != num_heads) is not supported: "
-            "pruning a query head would orphan its shared key/value head"
+            f"{where}grouped-query attention ({attn.num_heads} query heads share {attn.num_kv_heads} key/value heads) "
+            f"is not supported: pruning a query head would orphan its shared key/value head; supported: attention "
+            f"with one key/value head per query head ({_supported_list()})"
         )
     rows: list[Slot] = []
     if getattr(attn, "qkv", None) is not None:
@@ -128,7 +142,7 @@ def mlp_units(mlp: nn.Module) -> UnitGroup:
 def _supported_list() -> str:
     names = lambda classes: ", ".join(c.__name__ for c in classes)  # noqa: E731
     return (
-        f"models: {names(SUPPORTED_MODELS)} (incl. VisionTransformerDistilled); "
+        f"models: {names(SUPPORTED_MODELS)} (incl. VisionTransformerDistilled) with one attn and one mlp per block; "
         f"attention: {names(SUPPORTED_ATTENTION)}; MLP: Mlp, GluMlp, SwiGLUPacked, SwiGLU"
     )
 
@@ -139,17 +153,22 @@ def prunable_blocks(model: nn.Module) -> list[BlockUnits]:
     Raises:
         UnsupportedModelError: naming the offending module and listing what is supported.
     """
+    name = type(model).__name__
     if not isinstance(model, SUPPORTED_MODELS):
-        raise UnsupportedModelError(f"unsupported architecture {type(model).__name__}; supported {_supported_list()}")
+        reason = f": {REFUSED[name]}" if name in REFUSED else ""
+        raise UnsupportedModelError(f"unsupported architecture {name}{reason}; supported {_supported_list()}")
     blocks = []
     for i, block in enumerate(model.blocks):
+        kind = type(block).__name__
+        if kind in REFUSED:
+            raise UnsupportedModelError(f"block {i} ({kind}) is not supported: {REFUSED[kind]}; supported {_supported_list()}")
         attn, mlp = getattr(block, "attn", None), getattr(block, "mlp", None)
         if not isinstance(attn, SUPPORTED_ATTENTION) or not isinstance(mlp, SUPPORTED_MLP):
             raise UnsupportedModelError(
-                f"block {i} ({type(block).__name__}) has attn={type(attn).__name__}, mlp={type(mlp).__name__}; "
+                f"block {i} ({kind}) has attn={type(attn).__name__}, mlp={type(mlp).__name__}; "
                 f"supported {_supported_list()}"
             )
-        blocks.append(BlockUnits(i, attention_units(attn), mlp_units(mlp)))
+        blocks.append(BlockUnits(i, attention_units(attn, i), mlp_units(mlp)))
     return blocks
 
 

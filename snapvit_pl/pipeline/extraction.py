@@ -221,8 +221,8 @@ def extract_models(
                 item.metrics = evaluation(item.model)
         if save_dir is not None:
             relative = Path(save_dir) / item.label
-            save_pruned(item.model, relative, spec, subnet, overwrite=overwrite,
-                        extra={**item.record(), "base_fingerprint": scores.fingerprint})
+            save_pruned(item.model, relative, spec, subnet, overwrite=overwrite,  # base_spec: the teacher of a fine-tune
+                        extra={**item.record(), "base_fingerprint": scores.fingerprint, "base_spec": spec.to_dict()})
             item.checkpoint = str(relative)
         if not keep_models:
             item.model = None

@@ -45,6 +45,7 @@ def build_report(state: RunState) -> dict[str, Any]:
         "search": search,
         "splits": [asdict(choice) for choice in state.splits],
         "scores_file": state.scores_file,
+        "skipped_files": state.skipped_files,
         "dense": dense,
         "pruned": [item.record() for item in state.extracted],
     }
@@ -163,6 +164,9 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
         + (f" (stopped by {search['stopped_by']})" if search.get("stopped_by") == "max_time" else ""),
         f"- timings: {timings}", f"- elastic scores: `{report['scores_file']}`",
     ]
+    skipped = sum(len(files) for files in report.get("skipped_files", {}).values())
+    if skipped:
+        lines.append(f"- data: {skipped} unreadable file(s) skipped (listed in report.json)")
     if report.get("splits"):
         lines.append("- head/MLP splits chosen by the fitness: " + ", ".join(
             f"{c['label']} head ratio {c['head_ratio']:.2f} (schedule {c['schedule_head_ratio']:.2f})"

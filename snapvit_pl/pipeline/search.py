@@ -29,14 +29,16 @@ class SearchSettings:
     The paper's settings are ``SearchSettings.paper()``: xNES, step size 1 on the coefficients
     themselves, the default population, 50 evaluations. The defaults here differ where the paper's
     barely move in short budgets (see docs/method.md): a separable NES whose step sizes adapt within
-    tens of generations, searching the logarithms of the coefficients.
+    tens of generations, searching the logarithms of the coefficients (step 0.5, i.e. factors of about
+    e^0.5), 8 candidates per generation, 150 evaluations.
 
     Args:
         optimizer: ``snes`` (separable NES) or ``xnes`` (the paper's full-covariance xNES).
         max_evaluations: fitness evaluations (candidates); 0 keeps the initial coefficients.
         max_time: wall-clock limit of the search in seconds (None: none); the search stops before
             a generation it predicts would end past the limit.
-        popsize: candidates per generation (default ``4 + floor(3 ln D)``).
+        popsize: candidates per generation (None: ``4 + floor(3 ln D)``, the NES papers' choice; 8 gives a
+            short search more generations).
         sigma: initial step size (on the log coefficients with ``parametrization: log``).
         parametrization: ``log`` searches log |coefficient| (multiplicative steps), ``linear`` the
             coefficient itself (the paper; the unit score uses its absolute value).
@@ -49,10 +51,10 @@ class SearchSettings:
     """
 
     optimizer: Literal["snes", "xnes"] = "snes"
-    max_evaluations: int = 50
+    max_evaluations: int = 150
     max_time: Optional[float] = None
-    popsize: Optional[int] = None
-    sigma: float = 1.0
+    popsize: Optional[int] = 8
+    sigma: float = 0.5
     parametrization: Literal["log", "linear"] = "log"
     seed: int = 0
     num_images: int = 1000
@@ -110,17 +112,31 @@ class SearchSettings:
 
 @dataclass
 class SearchProgress:
-    """A search that can be continued exactly: the optimiser state and the fitness of the initial coefficients."""
+    """A search that can be continued exactly, also in the middle of a generation.
+
+    Attributes:
+        optimizer: the optimiser's state at the start of the current generation (before its ``ask``).
+        initial_fitness: fitness of the initial coefficients.
+        pending: fitness of the current generation's candidates evaluated so far (NaN: not yet), or None
+            at a generation boundary.
+        seconds: search time spent so far, over every process of the run.
+        evaluations_per_rank: evaluations each DDP rank has made so far, over every process of the run.
+    """
 
     optimizer: dict[str, Any]
     initial_fitness: float
+    pending: Optional[list[float]] = None
+    seconds: float = 0.0
+    evaluations_per_rank: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"xnes": self.optimizer, "initial_fitness": self.initial_fitness}
+        return {"optimizer": self.optimizer, "initial_fitness": self.initial_fitness, "pending": self.pending,
+                "seconds": self.seconds, "evaluations_per_rank": list(self.evaluations_per_rank)}
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> "SearchProgress":
-        return cls(state["xnes"], float(state["initial_fitness"]))
+        return cls(state["optimizer"], float(state["initial_fitness"]), state.get("pending"),
+                   float(state.get("seconds", 0.0)), list(state.get("evaluations_per_rank", [])))
 
 
 def run_search(
@@ -133,7 +149,8 @@ def run_search(
     world_size: int = 1,
     all_gather: Optional[AllGather] = None,
     resume: Optional[SearchProgress] = None,
-    on_generation: Optional[Callable[[SearchProgress, EvolutionStrategy, torch.Tensor, torch.Tensor], None]] = None,
+    on_progress: Optional[Callable[[SearchProgress], None]] = None,
+    on_generation: Optional[Callable[[EvolutionStrategy, torch.Tensor, torch.Tensor], None]] = None,
     progress: bool = False,
 ) -> SearchResult:
     """Search the coefficients that rescale ``local``'s scores, minimising the embedding-drift fitness.
@@ -149,9 +166,12 @@ def run_search(
         settings: see :class:`SearchSettings`.
         rank, world_size, all_gather: DDP rank, number of ranks, and a gather of a ``[k]`` tensor
             into ``[world_size, k]`` (needed when ``world_size > 1``).
-        resume: progress saved by an interrupted run (continue it instead of starting afresh).
-        on_generation: called after every generation with the progress to save, the optimiser, and
-            the generation's candidates and fitness values (logging, resume).
+        resume: progress saved by an interrupted run (continue it instead of starting afresh), on any
+            number of ranks.
+        on_progress: called with the progress to save after every round of evaluations (one per rank)
+            and at the end of every generation: what ``resume`` continues from.
+        on_generation: called after every generation with the optimiser, the candidates and their
+            fitness values (logging).
         progress: show a progress bar (rank 0).
 
     Returns:
@@ -161,23 +181,28 @@ def run_search(
     if settings.max_evaluations == 0:
         return SearchResult(mean, evaluations_per_rank=[0] * world_size)
     started = time.perf_counter()
+    previous_s = resume.seconds if resume is not None else 0.0
     fitness = EmbeddingFitness(model, images, local, settings.sparsity_pairs, settings.pca_components, settings.batch_size)
     es = settings.strategy(mean)
+    pending: Optional[list[float]] = None
     if resume is not None:
         es.load_state_dict(resume.optimizer)
-        initial_fitness = resume.initial_fitness
+        initial_fitness, pending = resume.initial_fitness, resume.pending
     else:
         initial_fitness = fitness(mean)
-    resumed_at = es.evaluations if resume is not None else None
+    resumed_at = es.evaluations + sum(not math.isnan(v) for v in pending or []) if resume is not None else None
     first_evaluation, setup_s = es.evaluations, time.perf_counter() - started  # setup_s: PCA + initial evaluation
-    bar = tqdm(total=settings.max_evaluations, initial=es.evaluations, desc="search", dynamic_ncols=True,
+    counts = list(resume.evaluations_per_rank) if resume is not None else []
+    counts += [0] * (max(world_size, len(counts)) - len(counts))
+    bar = tqdm(total=settings.max_evaluations, initial=resumed_at or 0, desc="search", dynamic_ncols=True,
                disable=not progress or rank != 0)
-    local_evaluations = 0
     stopped_by = "max_evaluations"
 
+    def progress_now(optimizer_state: dict[str, Any], values: Optional[torch.Tensor]) -> SearchProgress:
+        return SearchProgress(optimizer_state, initial_fitness, None if values is None else values.tolist(),
+                              previous_s + time.perf_counter() - started, list(counts))
+
     def evaluated(index: int, value: float) -> None:
-        nonlocal local_evaluations
-        local_evaluations += 1
         bar.update(world_size)
 
     def out_of_time() -> bool:
@@ -185,34 +210,46 @@ def run_search(
         DDP rank stops at the same generation."""
         if settings.max_time is None:
             return False
-        elapsed = time.perf_counter() - started
+        elapsed = previous_s + time.perf_counter() - started
         done = es.evaluations - first_evaluation
-        per_evaluation = (elapsed - setup_s) / done if done else setup_s  # before any: the initial evaluation's time
+        per_evaluation = (time.perf_counter() - started - setup_s) / done if done else setup_s
         predicted = torch.tensor([elapsed + per_evaluation * es.popsize / world_size], dtype=torch.float64)
         if world_size > 1:
             predicted = all_gather(predicted).max()
         return float(predicted) > settings.max_time
 
     while es.evaluations < settings.max_evaluations:
-        if out_of_time():
+        if pending is None and out_of_time():
             stopped_by = "max_time"
             break
+        before = es.state_dict()
         candidates = es.ask()[: settings.max_evaluations - es.evaluations]
+
+        done = [0 if pending is None else sum(not math.isnan(v) for v in pending)]  # evaluated in this generation
+
+        def round_done(values: torch.Tensor) -> None:
+            now = int((~torch.isnan(values)).sum())
+            for slot in range(now - done[0]):  # a round's candidates go to ranks 0, 1, ... in order
+                counts[slot] += 1
+            done[0] = now
+            if on_progress is not None:
+                on_progress(progress_now(before, values))
+
         values = evaluate_population(candidates, lambda x: fitness(settings.to_coefficients(x)), rank, world_size,
-                                     all_gather, on_evaluation=evaluated)
+                                     all_gather, on_evaluation=evaluated, known=pending, on_round=round_done)
+        pending = None
         es.tell(candidates, values)
         bar.set_postfix(best=f"{es.best_fitness:.4f}", sigma=f"{es.sigma:.3f}")
+        if on_progress is not None:
+            on_progress(progress_now(es.state_dict(), None))
         if on_generation is not None:
-            on_generation(SearchProgress(es.state_dict(), initial_fitness), es, candidates, values)
+            on_generation(es, candidates, values)
     bar.close()
-    per_rank = [local_evaluations]
-    if world_size > 1:
-        per_rank = all_gather(torch.tensor([float(local_evaluations)])).flatten().long().tolist()
     improved = es.best_x is not None and es.best_fitness < initial_fitness
     return SearchResult(
         settings.to_coefficients(es.best_x) if improved else mean.float(), es.evaluations, es.generation,
-        initial_fitness, min(es.best_fitness, initial_fitness), per_rank, fitness.forward_seconds,
-        [dict(h) for h in es.history], resumed_at, stopped_by,
+        initial_fitness, min(es.best_fitness, initial_fitness), counts, fitness.forward_seconds,
+        [dict(h) for h in es.history], resumed_at, stopped_by, previous_s + time.perf_counter() - started,
     )
 
 
@@ -224,13 +261,14 @@ def search_snapshots(
     A generation in progress at an intermediate budget is cut short there, as ``max_evaluations`` does.
     """
     results: dict[int, SearchResult] = {}
-    progress: Optional[SearchProgress] = None
+    saved: Optional[SearchProgress] = None
 
-    def keep(state: SearchProgress, *_: object) -> None:
-        nonlocal progress
-        progress = state
+    def keep(state: SearchProgress) -> None:
+        nonlocal saved
+        if state.pending is None:
+            saved = state
 
     for budget in sorted(budgets):
-        results[budget] = run_search(model, images, local, replace(settings, max_evaluations=budget), resume=progress,
-                                     on_generation=keep)
+        results[budget] = run_search(model, images, local, replace(settings, max_evaluations=budget), resume=saved,
+                                     on_progress=keep)
     return results

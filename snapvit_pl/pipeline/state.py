@@ -66,6 +66,7 @@ class SearchResult:
         history: one entry per generation (``evaluations``, ``best_fitness``, ``sigma``, ...).
         resumed_at: evaluations already made when this process resumed the search (None: not resumed).
         stopped_by: what ended the search: ``max_evaluations`` or ``max_time``.
+        seconds: wall time of the search, over every process of the run (a resumed run included).
     """
 
     coefficients: torch.Tensor
@@ -78,6 +79,7 @@ class SearchResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed_at: Optional[int] = None
     stopped_by: str = "max_evaluations"
+    seconds: float = 0.0
 
     @property
     def improved_on_initial(self) -> bool:
@@ -165,7 +167,14 @@ class RunState:
     dense: Optional[DenseModel] = None
     extracted: list[ExtractedModel] = field(default_factory=list)
     scores_file: Optional[str] = None
+    skipped_files: dict[str, list[str]] = field(default_factory=dict)  # unreadable data files passed over, per split
     timings: Timings = field(default_factory=Timings)
+    elapsed_before: float = 0.0  # seconds spent by earlier processes of this run (a resumed run)
+    started: float = field(default_factory=time.perf_counter)  # this process's start
+
+    def elapsed(self) -> float:
+        """Wall time of the whole run so far, over every process."""
+        return self.elapsed_before + time.perf_counter() - self.started
 
     def elastic_scores(self) -> ElasticScores:
         """The elastic artifact so far: local scores, the search's coefficients once it ran, and the settings.

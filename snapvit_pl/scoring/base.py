@@ -244,19 +244,6 @@ def unit_mean(views: Sequence[Tensor]) -> Tensor:
 
 # -- model state helpers -----------------------------------------------------------------------
 @contextmanager
-def eval_mode(*modules: nn.Module) -> Iterator[None]:
-    """Run in eval mode (no dropout/drop-path), restoring each submodule's own flag afterwards."""
-    flags = [(m, m.training) for module in modules for m in module.modules()]
-    try:
-        for module in modules:
-            module.eval()
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
-
-
-@contextmanager
 def grad_only(model: nn.Module, params: Sequence[Tensor]) -> Iterator[None]:
     """Enable autograd (also inside ``torch.inference_mode``) for ``params`` and nothing else of ``model``."""
     flags = [(p, p.requires_grad) for p in model.parameters()]

@@ -36,9 +36,10 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointError, DataError, UnsupportedModelError
 from ..models.embedding import embed
+from ..models.modes import eval_mode
 from ..models.units import UnitGroup
 from .base import (
-    LocalScores, NonFiniteGradientError, Rows, Scorer, ScoringError, eval_mode, grad_only, head_rows,
+    LocalScores, NonFiniteGradientError, Rows, Scorer, ScoringError, grad_only, head_rows,
     model_device_dtype, neuron_rows, split_batch, to_model, unit_count, unit_mean, unit_sum,
 )
 

@@ -1,7 +1,8 @@
-"""Evaluating one xNES generation, split across DDP ranks: every candidate exactly once."""
+"""Evaluating one generation, split across DDP ranks: every candidate exactly once, resumable mid-way."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+import math
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -15,8 +16,15 @@ def evaluate_population(
     world_size: int = 1,
     all_gather: Optional[AllGather] = None,
     on_evaluation: Optional[Callable[[int, float], None]] = None,
+    known: Optional[Sequence[float]] = None,
+    on_round: Optional[Callable[[torch.Tensor], None]] = None,
 ) -> torch.Tensor:
-    """Fitness of every candidate; rank ``r`` evaluates candidates ``r, r + world_size, ...``.
+    """Fitness of every candidate, in rounds: in each round every rank evaluates one of the candidates left.
+
+    After each round the values are gathered, so every rank knows every value evaluated so far,
+    and ``on_round`` can save them: a generation interrupted mid-way resumes with ``known``
+    (the values saved, NaN where not evaluated yet) and evaluates only the rest, on any number
+    of ranks.
 
     Args:
         candidates: ``[n, D]``, identical on every rank (same seed).
@@ -25,21 +33,29 @@ def evaluate_population(
         world_size: number of processes; > 1 needs ``all_gather``.
         all_gather: gathers a ``[k]`` tensor from every rank into ``[world_size, k]``.
         on_evaluation: called with (candidate index, fitness) for each local evaluation.
+        known: values already evaluated (NaN: not yet), e.g. from an interrupted run.
+        on_round: called with the ``[n]`` values so far (NaN: not yet) after every round.
 
     Returns:
         ``[n]`` float64 fitness, identical on every rank.
     """
     n = candidates.shape[0]
-    per_rank = -(-n // world_size)
-    local = torch.full((per_rank,), float("nan"), dtype=torch.float64)
-    for slot, index in enumerate(range(rank, n, world_size)):
-        local[slot] = float(fitness(candidates[index]))
-        if on_evaluation is not None:
-            on_evaluation(index, float(local[slot]))
-    if world_size == 1:
-        return local[:n]
-    if all_gather is None:
+    if world_size > 1 and all_gather is None:
         raise ValueError("world_size > 1 needs an all_gather function")
-    gathered = all_gather(local).reshape(world_size, per_rank).cpu()
-    # gathered[r, s] holds candidate r + s * world_size
-    return gathered.T.reshape(-1)[:n].to(torch.float64)
+    values = torch.full((n,), math.nan, dtype=torch.float64)
+    if known is not None:
+        values[: len(known)] = torch.as_tensor(list(known), dtype=torch.float64)[:n]
+    todo = [i for i in range(n) if math.isnan(float(values[i]))]
+    for start in range(0, len(todo), world_size):
+        batch = todo[start : start + world_size]
+        mine = torch.tensor([math.nan], dtype=torch.float64)
+        if rank < len(batch):
+            mine[0] = float(fitness(candidates[batch[rank]]))
+            if on_evaluation is not None:
+                on_evaluation(batch[rank], float(mine[0]))
+        gathered = all_gather(mine).reshape(world_size).cpu().to(torch.float64) if world_size > 1 else mine
+        for slot, index in enumerate(batch):
+            values[index] = gathered[slot]
+        if on_round is not None:
+            on_round(values.clone())
+    return values

@@ -49,9 +49,10 @@ def module():
 
 
 @pytest.fixture
-def trainer(tmp_path):
+def trainer(tmp_path, module):
     def make(callbacks=()):
         return SimpleNamespace(
+            lightning_module=module,
             datamodule=FakeDataModule(), is_global_zero=True, world_size=1, global_rank=0, default_root_dir=str(tmp_path),
             callbacks=list(callbacks), logger=None, progress_bar_callback=None,
             strategy=SimpleNamespace(reduce=lambda t, reduce_op: t, root_device=torch.device("cpu")),

@@ -16,7 +16,7 @@ def test_on_train_end_runs_the_search_and_saves_every_generation(scored, module,
                           SearchSettings(**SETTINGS))
     assert torch.equal(result.coefficients, expected.coefficients) and result.evaluations == 6
     assert module.state.search_settings.max_evaluations == 6 and module.state.timings.search_s > 0
-    assert load_resume_state(tmp_path)["SearchCallback"]["xnes"]["evaluations"] == 6
+    assert load_resume_state(tmp_path)["SearchCallback"]["optimizer"]["evaluations"] == 6
 
 
 def test_a_resumed_search_continues_from_its_saved_generation(scored, module):

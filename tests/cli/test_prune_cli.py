@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,13 @@ def test_prune_end_to_end_writes_a_complete_run(tiny_prune_args, tmp_path):
         assert count_params(model) == entry["params"] and "knn_top1" in entry["metrics"]
     assert report["pruned"][1]["flops"] <= 0.6 * report["dense"]["flops"]
     assert (run / "report.md").read_text().startswith("# Pruning report")
-    assert (run / "config.yaml").exists() and list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run / "config.yaml").exists() and len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    for name in ("accuracy_vs_params", "accuracy_vs_flops", "kept_units", "search_fitness"):
+        assert (run / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
+    umask = os.umask(0)
+    os.umask(umask)
+    for artifact in [run / "elastic_scores.safetensors", run / "report.json", *run.glob("models/*/model.safetensors")]:
+        assert artifact.stat().st_mode & 0o777 == 0o666 & ~umask, artifact  # not the 0600 of temporary files
     assert not [p for p in run.rglob(".*") if p.is_dir() or p.suffix == ".tmp"]  # no temp leftovers
 
     # The elastic artifact reproduces the exported models from the base weights.
@@ -51,27 +58,49 @@ def test_existing_results_are_not_overwritten(tiny_prune_args, tmp_path, capsys)
     assert (tmp_path / "run" / "report.json").read_text() == "{}"
 
 
-@pytest.mark.parametrize("override, message", [
-    ("--export.budgets=[{mlp_ratio: 1.5, head_ratio: 0.1}]", "mlp_ratio=1.5 is outside [0, 1)"),
-    ("--export.budgets=[{params: 0.01}]", "unreachable"),
-    ("--model.model_name=vit_not_a_model", "unknown timm model"),
-    ("--data.init_args.source=folder", "has no train/ and val/ folders"),
-    ("--model.checkpoint_path=/nonexistent/weights.safetensors", "checkpoint file not found"),
-    ("--model.model_kwargs={num_classes: 0}", "unsupported architecture ResNet"),
-    ("--data.init_args.batch_size=64", "is larger than the 48 pruning images"),
-])
-def test_bad_input_exits_2_with_one_line(tiny_prune_args, tmp_path, override, message):
+@pytest.fixture
+def bad_files(tmp_path):
+    """A weights file of random bytes and a truncated copy of the reference weights."""
+    (tmp_path / "random.safetensors").write_bytes(torch.randint(0, 256, (4096,), dtype=torch.uint8).numpy().tobytes())
+    weights = (ROOT / "assets" / "reference_vit_fmnist" / "model.safetensors").read_bytes()
+    (tmp_path / "truncated.safetensors").write_bytes(weights[: len(weights) // 3])
     (tmp_path / "empty").mkdir()
-    extra = [f"--data.init_args.root={tmp_path / 'empty'}"] if "source=folder" in override else []
-    extra += ["--model.model_name=resnet18"] if "num_classes: 0" in override else []
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "prune.py"), *tiny_prune_args, override, *extra], capture_output=True, text=True, cwd=tmp_path
-    )
-    assert result.returncode == 2, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and message in errors[0]
-    assert "Traceback" not in result.stderr
-    assert not (tmp_path / "run").exists(), "a run that failed on bad input leaves nothing behind"
+    return tmp_path
+
+
+BAD_INPUTS = [
+    (["--export.budgets=[{mlp_ratio: 1.5, head_ratio: 0.1}]"], "mlp_ratio=1.5 is outside [0, 1)"),
+    (["--export.budgets=[{params: 0.01}]"], "unreachable"),
+    (["--model.model_name=vit_not_a_model"], "unknown timm model"),
+    (["--data.init_args.source=folder", "--data.init_args.root=TMP/empty"], "has no train/ and val/ folders"),
+    (["--model.checkpoint_path=/nonexistent/weights.safetensors"], "checkpoint file not found"),
+    (["--model.model_kwargs={num_classes: 0}", "--model.model_name=resnet18"], "unsupported architecture ResNet"),
+    (["--data.init_args.batch_size=64"], "is larger than the 48 pruning images"),
+    (["--data.init_args.batch_size=0"], "--data.init_args.batch_size: Not of type PositiveInt"),
+    (["--search.max_evaluations=-5"], "max_evaluations must be >= 0"),
+    (["--search.sigma=0"], "sigma must be a positive number"),
+    (["--model.checkpoint_path=TMP/random.safetensors"], "could not load"),
+    (["--model.checkpoint_path=TMP/truncated.safetensors"], "could not load"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_input_exits_2_with_one_line(tiny_prune_args, bad_files, capsys, overrides, message):
+    code = prune_main([*tiny_prune_args, *(a.replace("TMP", str(bad_files)) for a in overrides)])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and message in errors[0], err[-2000:]
+    assert "Traceback" not in err
+    assert not (bad_files / "run").exists(), "a run that failed on bad input leaves nothing behind"
+
+
+def test_the_command_line_exits_2_without_a_traceback(tiny_prune_args, tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "prune.py"), *tiny_prune_args, "--search.max_evaluations=-5"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        "error: search: max_evaluations must be >= 0, got -5"]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("override, key", [

@@ -75,3 +75,42 @@ def test_missing_model_is_a_clear_error(tmp_path):
     assert result.returncode == 2
     assert "give model.checkpoint (a pruned checkpoint) or model.model_name" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_second_run_does_not_replace_the_exported_model(tmp_path, capsys):
+    args = ["fit", "--config", CONFIG, *TINY, *_quick(tmp_path / "run")]
+    assert train_main(args) == 0
+    before = (tmp_path / "run" / "model" / "model.safetensors").read_bytes()
+    assert train_main(args) == 2
+    assert "already holds a model exported by an earlier run" in capsys.readouterr().err
+    assert (tmp_path / "run" / "model" / "model.safetensors").read_bytes() == before
+
+
+def test_the_finetune_recipe_distills_from_the_recorded_base_into_a_directory_named_after_the_input(tmp_path, monkeypatch):
+    from snapvit_pl.pipeline import extract_models
+    from families import random_elastic_scores
+    from snapvit_pl.elastic import Budget
+    from safetensors.torch import save_file
+
+    spec_kwargs = {"img_size": 28, "patch_size": 4, "in_chans": 1, "embed_dim": 32, "depth": 2, "num_heads": 4,
+                   "num_classes": 10}
+    dense = load_backbone(BackboneSpec("vit_tiny_patch16_224", False, None, spec_kwargs))
+    save_file(dense.state_dict(), str(tmp_path / "base.safetensors"))
+    spec = BackboneSpec("vit_tiny_patch16_224", False, str(tmp_path / "base.safetensors"), spec_kwargs)
+    base = load_backbone(spec)
+    extract_models(base, random_elastic_scores(base), [Budget(mlp_ratio=0.5, head_ratio=0.5)],
+                   save_dir=tmp_path / "runs" / "prune" / "X" / "models", spec=spec)
+    monkeypatch.chdir(tmp_path)
+    checkpoint = tmp_path / "runs" / "prune" / "X" / "models" / "mlp0.50_head0.50"
+    recipe = str(ROOT / "configs" / "train" / "finetune_pruned.yaml")
+    quick = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.max_epochs=1",
+             "--trainer.enable_progress_bar=false", "--data.init_args.batch_size=8"]
+    assert train_main(["fit", "--config", recipe, f"--model.checkpoint={checkpoint}", *quick]) == 0
+    out = tmp_path / "runs" / "finetune" / "X-mlp0.50_head0.50"
+    model, record = load_pruned(out / "model")
+    assert record["heads"] == [2, 2] and list((out / "tensorboard").glob("events.out.tfevents.*"))
+    from snapvit_pl.lightning.finetune_module import FinetuneModule
+    from snapvit_pl.models import fingerprint
+
+    teacher = FinetuneModule(checkpoint=str(checkpoint), loss="both").teacher  # the base it was cut from
+    assert fingerprint(teacher) == fingerprint(dense)

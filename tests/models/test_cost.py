@@ -1,6 +1,10 @@
+import copy
+
+import pytest
 import torch
 
 from families import FAMILIES, random_subnet
+from snapvit_pl.elastic import CostModel
 from snapvit_pl.models import Subnet, count_flops, count_params, load_backbone, prunable_blocks, prune_
 
 
@@ -35,3 +39,14 @@ def test_flops_count_attention_and_linears():
     per_block = 2 * tokens * (dim * 3 * dim + dim * dim + 2 * dim * hidden) + 2 * 2 * tokens * tokens * dim
     patch = 2 * (32 // 8) ** 2 * 3 * 8 * 8 * dim
     assert count_flops(model) == 2 * per_block + patch
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_cost_model_is_exact_for_every_family_and_leaves_the_model_as_it_was(family):
+    model = load_backbone(FAMILIES[family]).train()  # trainable parameters, train mode: as a caller may hold it
+    flags = [p.requires_grad for p in model.parameters()]
+    cost = CostModel(model)
+    assert model.training and flags == [p.requires_grad for p in model.parameters()]
+    subnet = random_subnet(model, 2)
+    pruned = prune_(copy.deepcopy(model), subnet)
+    assert cost.params(subnet) == count_params(pruned) and cost.flops(subnet) == count_flops(pruned)

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import timm
 import torch
@@ -53,3 +55,24 @@ def test_validate_sorts_indices():
     model = load_backbone(FAMILIES["dino_vit"])
     sub = Subnet([[3, 1], [2]], [torch.tensor([5, 0]), [1]]).validate(model)
     assert sub.heads[0].tolist() == [1, 3] and sub.neurons[0].tolist() == [0, 5]
+
+
+@pytest.mark.parametrize("name, kwargs, message", [
+    ("beit_base_patch16_224", dict(depth=1, embed_dim=64, num_heads=4, img_size=32), "Beit: BEiT attention keeps a relative-position bias"),
+    ("vit_small_patch16_18x2_224", dict(depth=1, embed_dim=64, num_heads=4, img_size=32), "block 0 (ParallelThingsBlock) is not supported"),
+    ("naflexvit_base_patch16_gap", dict(depth=1, embed_dim=64, num_heads=4), "NaFlexVit: NaFlexVit takes variable-resolution"),
+])
+def test_known_unsupported_architectures_say_why_and_what_is_supported(name, kwargs, message):
+    model = timm.create_model(name, pretrained=False, **kwargs)
+    with pytest.raises(UnsupportedModelError, match=re.escape(message)) as info:
+        prunable_blocks(model)
+    assert "supported models: VisionTransformer, Eva" in str(info.value)
+
+
+def test_grouped_query_attention_names_the_block():
+    from timm.layers import AttentionRope
+
+    model = load_backbone(FAMILIES["dino_vit"])
+    model.blocks[1].attn = AttentionRope(64, num_heads=4, num_kv_heads=2, qkv_fused=False)
+    with pytest.raises(UnsupportedModelError, match=r"block 1: grouped-query attention \(4 query heads share 2"):
+        prunable_blocks(model)

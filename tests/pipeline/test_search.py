@@ -28,22 +28,30 @@ def test_search_reports_its_progress_and_never_returns_worse_than_the_start(setu
     model, images, scores = setup
     seen = []
     result = run_search(model, images, scores, SearchSettings(max_evaluations=10, **SMALL),
-                        on_generation=lambda progress, es, candidates, values: seen.append((es.evaluations, len(values))))
+                        on_generation=lambda es, candidates, values: seen.append((es.evaluations, len(values))))
     assert seen == [(4, 4), (8, 4), (10, 2)]  # the last generation is cut to the budget
     assert result.evaluations == 10 and result.generations == 3 and result.evaluations_per_rank == [10]
     assert result.best_fitness <= result.initial_fitness and len(result.history) == 3
     assert result.forward_s > 0
 
 
-def test_resumed_search_equals_an_uninterrupted_one(setup):
+@pytest.mark.parametrize("where", ["generation boundary", "mid-generation"])
+def test_resumed_search_equals_an_uninterrupted_one(setup, where):
     model, images, scores = setup
     settings = SearchSettings(max_evaluations=12, **SMALL)
     saved = []
-    straight = run_search(model, images, scores, settings, on_generation=lambda p, es, c, v: saved.append(p))
-    restored = SearchProgress.from_dict(saved[0].to_dict())  # as read back from resume_state.pt
-    resumed = run_search(model, images, scores, settings, resume=restored)
+    straight = run_search(model, images, scores, settings, on_progress=saved.append)
+    assert len(saved) == 12 + 3  # after every evaluation, and at the end of each of the 3 generations
+    point = saved[4] if where == "generation boundary" else saved[6]  # after generation 1 / two into generation 2
+    assert (point.pending is None) == (where == "generation boundary")
+    restored = SearchProgress.from_dict(point.to_dict())  # as read back from resume_state.pt
+    calls = []
+    resumed = run_search(model, images, scores, settings, resume=restored,
+                         on_generation=lambda es, candidates, values: calls.append(len(values)))
     assert torch.equal(resumed.coefficients, straight.coefficients)
-    assert resumed.best_fitness == straight.best_fitness and resumed.resumed_at == 4
+    assert resumed.best_fitness == straight.best_fitness and resumed.history == straight.history
+    assert resumed.resumed_at == (4 if where == "generation boundary" else 6)
+    assert resumed.evaluations_per_rank == [12] and resumed.seconds >= point.seconds
 
 
 def test_snapshots_continue_one_search(setup):
