@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -6,6 +7,27 @@ import torch
 
 # tests/<pkg>/ helper modules (e.g. tests/models/families.py) are importable by name.
 sys.path.insert(0, str(Path(__file__).parent / "models"))
+
+
+@pytest.fixture(scope="session")
+def hf_cache(tmp_path_factory):
+    """``(HF_HOME, models)``: an offline Hugging Face cache with small random-weight models (tests/models/hub_cache.py)."""
+    from hub_cache import build_cache
+
+    home = tmp_path_factory.mktemp("hf_home")
+    return home, build_cache(home)
+
+
+@pytest.fixture
+def offline_hub(hf_cache, monkeypatch):
+    """Point huggingface_hub (already imported) at the offline cache for this test; returns the env for subprocesses."""
+    import huggingface_hub.constants as constants
+
+    home, models = hf_cache
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    return env, models
 
 
 @pytest.fixture(autouse=True)

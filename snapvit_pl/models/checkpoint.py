@@ -22,7 +22,7 @@ from torch import nn
 
 from ..errors import CheckpointError, SnapViTError
 from ..io import atomic_path
-from .loading import UNREADABLE_CHECKPOINT, BackboneSpec, load_backbone
+from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, load_backbone
 from .surgery import architecture, prune_
 from .units import Subnet
 
@@ -104,6 +104,11 @@ def read_record(path: str | Path) -> dict[str, Any]:
 def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
     """Rebuild a pruned model from timm + its architecture record, then load its weights.
 
+    Args:
+        path: a checkpoint directory, or ``hf-hub:org/name[@revision]`` for one on the Hugging Face Hub
+            (downloaded through ``huggingface_hub``, which honours its cache and ``HF_HUB_OFFLINE``).
+        map_location: the device the weights are loaded to.
+
     Returns:
         ``(model, record)`` with the model in eval mode.
 
@@ -111,6 +116,10 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
         CheckpointError: missing or corrupt files, a record that does not fit its base model,
             or weights that do not match the record.
     """
+    if isinstance(path, str) and path.startswith(HUB_PREFIX):
+        from ..hub import download_pruned
+
+        path = download_pruned(path)
     path = Path(path)
     record = read_record(path)
     weights = path / WEIGHTS

@@ -49,7 +49,25 @@ class BackboneSpec:
         return cls(data["model_name"], data.get("pretrained", False), data.get("checkpoint_path"), kwargs)
 
     def architecture_only(self) -> "BackboneSpec":
-        """The same architecture with no weights to fetch (weights come from elsewhere)."""
+        """The same architecture with no weights to fetch (weights come from elsewhere).
+
+        An ``hf-hub:org/name`` model is resolved to its timm architecture and arguments (from its
+        ``config.json``, downloaded or in the offline cache), so rebuilding it needs no Hub access.
+        """
+        if self.model_name.startswith(HUB_PREFIX):
+            from timm.models._hub import load_model_config_from_hf
+
+            try:
+                pretrained_cfg, architecture, model_args = load_model_config_from_hf(self.model_name[len(HUB_PREFIX):])
+            except UNREADABLE_CHECKPOINT + (ImportError,) as err:
+                raise CheckpointError(f"could not read the config of {self.model_name} ({' '.join(str(err).split())[:200]}); "
+                                      "check the name, the network, or the offline Hugging Face cache") from err
+            overlay = {k: pretrained_cfg[k] for k in ("mean", "std", "input_size", "interpolation", "crop_pct")
+                       if k in pretrained_cfg}
+            kwargs = {**model_args, "pretrained_cfg_overlay": overlay, **self.model_kwargs}
+            if "num_classes" in pretrained_cfg and "num_classes" not in kwargs:
+                kwargs["num_classes"] = pretrained_cfg["num_classes"]
+            return BackboneSpec(architecture, pretrained=False, checkpoint_path=None, model_kwargs=kwargs)
         return BackboneSpec(self.model_name, pretrained=False, checkpoint_path=None, model_kwargs=dict(self.model_kwargs))
 
 
@@ -67,6 +85,8 @@ def _decode(value: Any) -> Any:
         return getattr(importlib.import_module(module), name)
     return value
 
+
+HUB_PREFIX = "hf-hub:"  # timm's prefix of a model on the Hugging Face Hub (its config.json names the architecture)
 
 #: What loading a missing, truncated, corrupt or foreign weights file raises (mapped to ``CheckpointError``).
 UNREADABLE_CHECKPOINT = (RuntimeError, OSError, ValueError, KeyError, EOFError, SafetensorError, pickle.UnpicklingError)
@@ -93,7 +113,7 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
     if isinstance(spec, str):
         spec = BackboneSpec(spec, **overrides)
     base_name = spec.model_name.split(".")[0]
-    if not timm.is_model(base_name):
+    if not spec.model_name.startswith(HUB_PREFIX) and not timm.is_model(base_name):
         close = timm.list_models(f"*{base_name.split('_')[0]}*")[:8]
         raise UnsupportedModelError(
             f"unknown timm model '{spec.model_name}'; check the name with timm.list_models() (similar: {close})"
@@ -106,6 +126,8 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
         kwargs["checkpoint_path"] = str(path)  # timm loads it strictly, classifier head included
     try:
         model = timm.create_model(spec.model_name, pretrained=spec.pretrained and spec.checkpoint_path is None, **kwargs)
+    except ImportError as err:
+        raise ConfigError(f"{spec.model_name}: {err}; install what it names (pip install ...)") from err
     except TypeError as err:
         raise ConfigError(f"timm model '{spec.model_name}' does not accept these model_kwargs: {err}; fix model_kwargs") from err
     except UNREADABLE_CHECKPOINT as err:
