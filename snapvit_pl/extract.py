@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Optional
 
 from .elastic import Budget, CostModel, ElasticScores
@@ -34,11 +35,16 @@ def parse_budget(text: str) -> Budget:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snapvit_pl.extract", description=__doc__.splitlines()[0])
     parser.add_argument("--scores", required=True, help="elastic_scores.safetensors written by prune.py")
-    parser.add_argument("--budget", action="append", required=True, help="repeatable: flops=0.5 | params=N | sparsity=0.4 | mlp_ratio=a,head_ratio=b")
+    parser.add_argument("--budget", action="append", required=True,
+                        help="repeatable: flops=0.5 | params=N | sparsity=0.4 | latency=MS | mlp_ratio=a,head_ratio=b")
     parser.add_argument("--out", required=True, help="directory receiving one checkpoint per budget")
     parser.add_argument("--checkpoint-path", default=None, help="local base weights (instead of the recorded source)")
     parser.add_argument("--mlp-multiple", type=int, default=1, help="round MLP widths to this multiple (8/16)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing checkpoints")
+    parser.add_argument("--latency-batch-size", type=int, default=64, help="batch size of latency=MS budgets (default 64)")
+    parser.add_argument("--latency-device", default=None, help="device of latency=MS budgets (default: CUDA if available)")
+    parser.add_argument("--latency-table", default=None,
+                        help="latency table JSON to reuse or write (default: <out>/latency_table.json)")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     try:
@@ -53,13 +59,21 @@ def main(argv: Optional[list[str]] = None) -> int:
         base = load_backbone(spec)
         scores.check_model(base)
         dense = CostModel(base)
+        if any(b.latency is not None for b in budgets):
+            from .elastic.latency import latency_table
+
+            dense.latency = latency_table(base, args.latency_batch_size, args.latency_device,
+                                          args.latency_table or Path(args.out) / "latency_table.json",
+                                          mlp_multiple=args.mlp_multiple)
 
         def report(item) -> None:
+            latency = "" if item.latency_ms is None else \
+                f", {item.latency_ms:.2f} ms measured ({item.predicted_latency_ms:.2f} predicted)"
             print(f"{item.checkpoint}: mlp_ratio {item.mlp_ratio:.3f}, head_ratio {item.head_ratio:.3f}, "
-                  f"{item.params / dense.dense_params:.1%} params, {item.flops / dense.dense_flops:.1%} FLOPs")
+                  f"{item.params / dense.dense_params:.1%} params, {item.flops / dense.dense_flops:.1%} FLOPs{latency}")
 
         extract_models(base, scores, budgets, mlp_multiple=args.mlp_multiple, save_dir=args.out, spec=spec,
-                       overwrite=args.overwrite, cost=dense, on_model=report)
+                       overwrite=args.overwrite, cost=dense, on_model=report, measure_latency=dense.latency is not None)
     except (SnapViTError, FileExistsError) as err:
         return exit_with_error(err, args.verbose)
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -18,9 +18,13 @@ from torch import nn
 from ..errors import PruningSpecError
 from ..models.cost import count_params, flop_counts
 from ..models.units import Subnet, UnitGroup, iter_slots, prunable_blocks
+
+if TYPE_CHECKING:
+    from .latency import LatencyTable
 from .ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP, check_ratio, min_kept, select_subnet
 
 HEAD_LAG = 0.15  # head_ratio = mlp_ratio - HEAD_LAG along the schedule
+COST_KINDS = ("sparsity", "params", "flops", "latency")
 
 #: The paper's evaluated (mlp_ratio, head_ratio) pairs: roughly 10-60% of the backbone's parameters removed.
 PAPER_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.25, 0.1), (0.35, 0.2), (0.45, 0.3), (0.55, 0.4), (0.65, 0.5))
@@ -28,7 +32,7 @@ PAPER_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.25, 0.1), (0.35,
 
 @dataclass
 class Budget:
-    """A compute budget; give exactly one of: both ratios, ``sparsity``, ``params`` or ``flops``.
+    """A compute budget; give exactly one of: both ratios, ``sparsity``, ``params``, ``flops`` or ``latency``.
 
     Args:
         mlp_ratio: fraction of all MLP neurons to remove, in [0, 1).
@@ -36,6 +40,8 @@ class Budget:
         sparsity: fraction of the model's parameters to remove, in [0, 1) (same as ``params=1-sparsity``).
         params: parameters to keep: a count (> 1) or a fraction of the dense model (<= 1).
         flops: FLOPs per image to keep: a count (> 1) or a fraction of the dense model (<= 1).
+        latency: milliseconds per batch to stay within, on the device and batch size of the latency
+            table (:mod:`snapvit_pl.elastic.latency`; ``export.latency_device`` / ``latency_batch_size``).
     """
 
     mlp_ratio: Optional[float] = None
@@ -43,13 +49,14 @@ class Budget:
     sparsity: Optional[float] = None
     params: Optional[float] = None
     flops: Optional[float] = None
+    latency: Optional[float] = None
 
     def __post_init__(self) -> None:
-        given = [k for k in ("sparsity", "params", "flops") if getattr(self, k) is not None]
+        given = [k for k in COST_KINDS if getattr(self, k) is not None]
         pair = self.mlp_ratio is not None or self.head_ratio is not None
         if len(given) + int(pair) != 1:
             raise PruningSpecError(
-                f"a budget takes exactly one of (mlp_ratio, head_ratio), sparsity, params, flops; got {self.label()}"
+                f"a budget takes exactly one of (mlp_ratio, head_ratio), sparsity, params, flops, latency; got {self.label()}"
             )
         if pair:
             check_ratio(self.mlp_ratio if self.mlp_ratio is not None else 0.0, "mlp_ratio")
@@ -60,6 +67,8 @@ class Budget:
             value = getattr(self, key)
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise PruningSpecError(f"{key}={value} must be a positive count or a fraction in (0, 1]")
+        if self.latency is not None and not (self.latency > 0 and math.isfinite(self.latency)):
+            raise PruningSpecError(f"latency={self.latency} must be a positive number of milliseconds per batch")
 
     def to_dict(self) -> dict[str, float]:
         """The fields that are set, e.g. ``{"flops": 0.5}`` (inverse: ``Budget(**d)``)."""
@@ -69,7 +78,12 @@ class Budget:
         """A short name, e.g. ``mlp0.35_head0.20`` or ``flops0.5``."""
         if self.mlp_ratio is not None or self.head_ratio is not None:
             return f"mlp{self.mlp_ratio or 0:.2f}_head{self.head_ratio or 0:.2f}"
-        return "_".join(f"{k}{getattr(self, k):g}" for k in ("sparsity", "params", "flops") if getattr(self, k) is not None)
+        return "_".join(f"{k}{getattr(self, k):g}" for k in COST_KINDS if getattr(self, k) is not None)
+
+    @property
+    def is_cost(self) -> bool:
+        """A cost target (sparsity, params, FLOPs, latency) rather than a ratio pair."""
+        return any(getattr(self, k) is not None for k in COST_KINDS)
 
 
 def paper_budgets() -> list[Budget]:
@@ -84,7 +98,8 @@ class CostModel:
     a fixed number of parameters and FLOPs, measured once on the dense model.
     """
 
-    def __init__(self, model: nn.Module, shape: Sequence[int] | None = None):
+    def __init__(self, model: nn.Module, shape: Sequence[int] | None = None, latency: "LatencyTable | None" = None):
+        self.latency = latency  # for latency budgets: a table measured on the target device
         blocks = prunable_blocks(model)
         self.dense_params = count_params(model)
         self.head_params = [_unit_params(b.heads) / b.heads.num_units for b in blocks]
@@ -115,6 +130,8 @@ class CostModel:
 
     def max_unit_cost(self, metric: str) -> float:
         """Cost of the most expensive single unit (the resolution a budget can be met with)."""
+        if metric == "latency":
+            return self.latency.max_unit_ms()
         per_head, per_neuron = (self.head_params, self.neuron_params) if metric == "params" else (self.head_flops, self.neuron_flops)
         return max(max(per_head), max(per_neuron))
 
@@ -160,14 +177,20 @@ def resolve(
         m, h = budget.mlp_ratio or 0.0, budget.head_ratio or 0.0
         return select(m, h), m, h
     if cost is None:
-        raise PruningSpecError("sparsity / params / flops budgets need a CostModel of the dense model")
-    metric = "flops" if budget.flops is not None else "params"
-    dense = cost.dense_flops if metric == "flops" else cost.dense_params
-    value = {"flops": budget.flops, "params": budget.params}.get(metric)
-    if budget.sparsity is not None:
-        value = 1.0 - budget.sparsity
-    target = value * dense if value <= 1.0 else value
-    measure: Callable[[Subnet], int] = cost.flops if metric == "flops" else cost.params
+        raise PruningSpecError("sparsity / params / flops / latency budgets need a CostModel of the dense model")
+    if budget.latency is not None:
+        if cost.latency is None:
+            raise PruningSpecError("latency budgets need a latency table of the target device "
+                                   "(snapvit_pl.elastic.latency; prune.py measures one when a budget asks for latency)")
+        metric, dense, target, measure = "latency", cost.latency.dense_ms, budget.latency, cost.latency.predict
+    else:
+        metric = "flops" if budget.flops is not None else "params"
+        dense = cost.dense_flops if metric == "flops" else cost.dense_params
+        value = {"flops": budget.flops, "params": budget.params}.get(metric)
+        if budget.sparsity is not None:
+            value = 1.0 - budget.sparsity
+        target = value * dense if value <= 1.0 else value
+        measure: Callable[[Subnet], float] = cost.flops if metric == "flops" else cost.params
 
     max_mlp = max_prune_ratio(neuron_scores, min_mlp_keep)
     max_head = max_prune_ratio(head_scores, min_head_keep)

@@ -10,7 +10,7 @@ import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 from safetensors import safe_open
@@ -24,6 +24,9 @@ from ..models.surgery import prune_
 from ..models.units import Subnet, prunable_blocks
 from .budget import Budget, CostModel, resolve
 from .ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
+
+if TYPE_CHECKING:
+    from .latency import LatencyTable
 
 FORMAT = "snapvit-pl/elastic-scores"
 VERSION = 1
@@ -103,7 +106,7 @@ class ElasticScores:
 
     def extract(
         self, model: nn.Module, budget: Budget | None = None, mlp_multiple: int = 1, verify_fingerprint: bool = True,
-        **budget_fields: float,
+        latency: "LatencyTable | None" = None, **budget_fields: float,
     ) -> nn.Module:
         """A physically pruned copy of ``model`` (the base these scores belong to) at a budget.
 
@@ -114,10 +117,12 @@ class ElasticScores:
             budget: a :class:`Budget`, or give its fields as keywords (``flops=0.5``, ``sparsity=0.4``, ...).
             mlp_multiple: round MLP widths to this multiple (8/16 for hardware-friendly shapes).
             verify_fingerprint: check that ``model`` holds the weights the scores were computed on.
+            latency: the latency table of the target device, for ``latency=`` budgets
+                (:func:`snapvit_pl.elastic.latency.latency_table`).
         """
         budget = budget if budget is not None else Budget(**budget_fields)
         self.check_model(model, verify_fingerprint)
-        subnet = self.subnet(budget, CostModel(model), mlp_multiple)[0]
+        subnet = self.subnet(budget, CostModel(model, latency=latency), mlp_multiple)[0]
         return prune_(copy.deepcopy(model), subnet)
 
     def check_model(self, model: nn.Module, verify_fingerprint: bool = True) -> None:

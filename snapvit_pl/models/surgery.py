@@ -19,7 +19,7 @@ from torch import nn
 from timm.models.eva import EvaAttention
 
 from .pruned_eva import PrunedEvaAttention
-from .units import BlockUnits, Subnet, UnitGroup, iter_slots, prunable_blocks
+from .units import BlockUnits, Subnet, UnitGroup, attention_units, iter_slots, mlp_units, prunable_blocks
 
 # (object, attribute, value) triples; applied in order, undone in reverse.
 _AttrEdit = tuple[object, str, object]
@@ -97,6 +97,17 @@ def use_subnet(model: nn.Module, subnet: Subnet, blocks: Sequence[BlockUnits] | 
             restore()
 
 
+def _cut_(group: UnitGroup, keep: torch.Tensor, is_attention: bool) -> None:
+    """Slice every tensor of ``group`` to the kept units and update the module's shape attributes."""
+    for slot, tensor in iter_slots(group):
+        holder, name = _holder(group.module, slot.path)
+        store = _store(holder, name)
+        sliced = tensor.index_select(slot.dim, group.index(keep, slot)).clone()
+        store[name] = nn.Parameter(sliced, requires_grad=tensor.requires_grad) if store is holder._parameters else sliced
+    for obj, attr, value in _shape_edits(group, len(keep), is_attention):
+        setattr(obj, attr, value)
+
+
 @torch.no_grad()
 def prune_(model: nn.Module, subnet: Subnet) -> nn.Module:
     """Physically remove every head and neuron not in ``subnet``, in place; returns ``model``.
@@ -109,14 +120,18 @@ def prune_(model: nn.Module, subnet: Subnet) -> nn.Module:
     blocks = prunable_blocks(model)
     subnet = subnet.validate(blocks)
     for group, keep, is_attention in _plan(blocks, subnet):
-        for slot, tensor in iter_slots(group):
-            holder, name = _holder(group.module, slot.path)
-            store = _store(holder, name)
-            sliced = tensor.index_select(slot.dim, group.index(keep, slot)).clone()
-            store[name] = nn.Parameter(sliced, requires_grad=tensor.requires_grad) if store is holder._parameters else sliced
-        for obj, attr, value in _shape_edits(group, len(keep), is_attention):
-            setattr(obj, attr, value)
+        _cut_(group, keep, is_attention)
     return model
+
+
+@torch.no_grad()
+def prune_block_(block: nn.Module, heads: int, neurons: int) -> nn.Module:
+    """Keep the first ``heads`` heads and ``neurons`` MLP neurons of one transformer block, in place (for timing
+    a block at a width: which units are kept does not change its cost)."""
+    for group, kept, is_attention in ((attention_units(block.attn), heads, True), (mlp_units(block.mlp), neurons, False)):
+        if kept < group.num_units:
+            _cut_(group, torch.arange(kept), is_attention)
+    return block
 
 
 def architecture(model: nn.Module) -> dict[str, list[int]]:

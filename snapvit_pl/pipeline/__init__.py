@@ -1,16 +1,16 @@
 """The SnapViT method as plain-torch stages over a typed run state (no Lightning Trainer inside).
 
-================  =====================================  ==========================================
-stage             settings                               functions
-================  =====================================  ==========================================
-importance        :class:`ImportanceSettings`            :func:`local_importance` (or start /
-                                                         ``scorer.update`` / finish)
-search            :class:`SearchSettings`                :func:`run_search`
-export            :class:`ExportSettings`,               :func:`choose_splits`, :func:`extract_models` (cut -> correct ->
-                  :class:`CorrectionSettings`,           evaluate -> save)
+================  =============================  ===================================================
+stage             settings                       functions
+================  =============================  ===================================================
+importance        :class:`ImportanceSettings`    :func:`local_importance` (or start /
+                                                 ``scorer.update`` / finish)
+search            :class:`SearchSettings`        :func:`run_search`
+export            :class:`ExportSettings`,       :func:`choose_splits`, then :func:`extract_models`
+                  :class:`CorrectionSettings`,   (cut -> correct -> evaluate -> save)
                   :class:`EvaluationSettings`
-report            :class:`ReportSettings`                :func:`write_report`
-================  =====================================  ==========================================
+report            :class:`ReportSettings`        :func:`write_report`
+================  =============================  ===================================================
 
 :class:`RunState` carries what each stage hands to the next; :mod:`.stages` applies the stages to
 it (what ``prune.py``'s callbacks call), and :func:`snapvit_pl.fit_elastic` strings them together

@@ -22,7 +22,9 @@ from ..elastic.budget import Budget, CostModel, paper_budgets
 from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
 from ..eval.suite import CLASSIFICATION_METRICS, EvalData, evaluate_model, parse_metrics
+from ..eval.throughput import measure_throughput
 from ..models.checkpoint import save_pruned
+from ..models.cost import input_shape
 from ..models.loading import BackboneSpec
 from ..models.surgery import prune_
 from ..models.units import prunable_blocks
@@ -43,6 +45,9 @@ class ExportSettings:
             whose sub-network drifts least from the dense embeddings (recorded in the elastic scores);
             ``schedule`` always uses ``head_ratio = mlp_ratio - 0.15``. Ratio pairs fix their own split.
         split_candidates: head ratios tried per budget with ``split: fitness``.
+        latency_batch_size: batch size of the latency table (for ``{"latency": ms}`` budgets).
+        latency_device: device of the latency table (default: the run's device). The table is measured
+            once and cached in the run directory (``latency_table.json``).
         save_models: write the pruned checkpoints (else only the scores and the report).
         scores_file: file name of the elastic artifact in the run directory.
     """
@@ -51,6 +56,8 @@ class ExportSettings:
     mlp_multiple: int = 1
     split: Literal["fitness", "schedule"] = "fitness"
     split_candidates: int = 7
+    latency_batch_size: int = 64
+    latency_device: Optional[str] = None
     save_models: bool = True
     scores_file: str = "elastic_scores.safetensors"
 
@@ -165,7 +172,8 @@ def check_budgets(model: nn.Module, budgets: Sequence[Budget], min_mlp_keep: flo
                                 min_mlp_keep=min_mlp_keep, min_head_keep=min_head_keep)
     cost = CostModel(model)
     for budget in budgets:
-        placeholder.subnet(budget, cost, mlp_multiple)
+        if budget.latency is None:  # a latency target is checked once its table is measured
+            placeholder.subnet(budget, cost, mlp_multiple)
 
 
 def extract_models(
@@ -183,6 +191,7 @@ def extract_models(
     cost: Optional[CostModel] = None,
     timings: Optional[Timings] = None,
     on_model: Optional[Callable[[ExtractedModel], None]] = None,
+    measure_latency: bool = False,
 ) -> list[ExtractedModel]:
     """Cut, post-process and save one pruned model per budget, in that order.
 
@@ -197,9 +206,10 @@ def extract_models(
         spec: how the base model is built (recorded in each checkpoint; default ``scores.base``).
         overwrite: replace existing checkpoints.
         keep_models: keep the pruned modules in the results (else released once saved, to free memory).
-        cost: the base model's :class:`CostModel`, if already built.
+        cost: the base model's :class:`CostModel`, if already built (with a latency table for latency budgets).
         timings: receives ``correction_s`` and ``evaluation_s``.
         on_model: called with each finished model (progress, logging).
+        measure_latency: time each model on the latency table's device and batch size, next to its prediction.
     """
     if save_dir is not None and spec is None:
         if not scores.base.get("model_name"):
@@ -219,6 +229,11 @@ def extract_models(
         if evaluation is not None:
             with timings.measure("evaluation"):
                 item.metrics = evaluation(item.model)
+        if measure_latency and cost.latency is not None:
+            table = cost.latency
+            item.predicted_latency_ms = table.predict(subnet)
+            item.latency_ms = 1000 * measure_throughput(item.model, input_shape(item.model), table.batch_size, warmup=5,
+                                                        repeats=20, device=table.device).median_batch_seconds
         if save_dir is not None:
             relative = Path(save_dir) / item.label
             save_pruned(item.model, relative, spec, subnet, overwrite=overwrite,  # base_spec: the teacher of a fine-tune

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..elastic.budget import CostModel
+from ..elastic.latency import latency_table
 from ..scoring import LocalScores
 from .extraction import Correction, Evaluation, ExportSettings, extract_models
 from .importance import AllReduceSum, ImportanceSettings, finish_importance
@@ -70,8 +71,12 @@ def export_stage(
     """
     started = time.perf_counter()
     before = state.timings.correction_s or 0.0, state.timings.evaluation_s or 0.0
-    cost = CostModel(base)
     budgets = settings.budget_list()
+    cost = CostModel(base)
+    if any(b.latency is not None for b in budgets):  # measured once per device and batch size, cached in the run
+        cache = None if run_dir is None else Path(run_dir) / "latency_table.json"
+        cost.latency = latency_table(base, settings.latency_batch_size, settings.latency_device or next(base.parameters()).device,
+                                     cache, mlp_multiple=settings.mlp_multiple)
     state.splits = []
     if settings.split == "fitness" and fitness_images is not None:
         search = state.search_settings or SearchSettings()
@@ -90,6 +95,7 @@ def export_stage(
     state.extracted = extract_models(
         base, scores, budgets, mlp_multiple=settings.mlp_multiple, correction=correction,
         evaluation=evaluation, save_dir=save_dir, spec=state.spec, cost=cost, timings=state.timings, on_model=on_model,
+        measure_latency=cost.latency is not None,
     )
     if save_dir is not None:
         for item in state.extracted:

@@ -118,6 +118,8 @@ class ExtractedModel:
         metrics: evaluation results, when evaluated.
         correction: what the weight correction did, when applied.
         checkpoint: path of the saved checkpoint relative to the run directory, when saved.
+        latency_ms, predicted_latency_ms: measured and table-predicted milliseconds per batch, when a latency
+            table was used (a latency budget).
     """
 
     label: str
@@ -131,6 +133,8 @@ class ExtractedModel:
     metrics: Optional[dict[str, Any]] = None
     correction: Optional[dict[str, Any]] = None
     checkpoint: Optional[str] = None
+    latency_ms: Optional[float] = None
+    predicted_latency_ms: Optional[float] = None
 
     def record(self) -> dict[str, Any]:
         """JSON-ready description (the report's ``pruned`` entries, the checkpoint's ``extra``)."""
@@ -139,7 +143,7 @@ class ExtractedModel:
             "head_ratio": round(self.head_ratio, 6), "params": self.params, "flops": self.flops,
             "heads": self.subnet.head_counts, "mlp_hidden": self.subnet.neuron_counts,
         }
-        for key in ("metrics", "correction", "checkpoint"):
+        for key in ("metrics", "correction", "checkpoint", "latency_ms", "predicted_latency_ms"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)
         return entry

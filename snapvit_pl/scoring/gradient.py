@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..device import autocast_context
 from ..errors import CheckpointError, DataError, UnsupportedModelError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
@@ -128,7 +129,8 @@ class GradientScorer(Scorer):
         images, labels = split_batch(batch)
         with eval_mode(self.model), grad_only(self.model, self._params):
             images = to_model(images, self._device, self._dtype)
-            loss, samples = self._loss(images, labels)
+            with autocast_context(self._device):  # bf16 on CUDA (fp32 weights and gradients); nothing on CPU
+                loss, samples = self._loss(images, labels)
             grads = torch.autograd.grad(loss, self._params)
         loss_value = self._check_finite(loss, grads)
         self._batches += 1

@@ -80,15 +80,20 @@ class EmbeddingFitness:
         self.forward_seconds += time.perf_counter() - start
         return out
 
-    def distance(self, subnet) -> float:
-        """``1 - mean cosine similarity`` of one sub-network's embeddings to the dense ones (PCA space)."""
+    def _distance(self, subnet) -> torch.Tensor:
+        """``1 - mean cosine similarity`` as a 0-d tensor on the model's device (no host synchronisation)."""
         with use_subnet(self.model, subnet, self.blocks):
             projected = torch.nn.functional.normalize(self.pca(self.embed()), dim=-1)
-        return 1.0 - float((projected * self.target).sum(dim=-1).mean())
+        return 1.0 - (projected * self.target).sum(dim=-1).mean()
+
+    def distance(self, subnet) -> float:
+        """``1 - mean cosine similarity`` of one sub-network's embeddings to the dense ones (PCA space)."""
+        return float(self._distance(subnet))
 
     def distances(self, coefficients: torch.Tensor) -> list[float]:
-        """``1 - mean cosine similarity`` for each sparsity pair."""
-        return [self.distance(self.scores.subnet(budget, coefficients=coefficients)[0]) for budget in self.pairs]
+        """``1 - mean cosine similarity`` for each sparsity pair (one device-to-host copy for all of them)."""
+        return torch.stack([self._distance(self.scores.subnet(budget, coefficients=coefficients)[0])
+                            for budget in self.pairs]).tolist()
 
     def __call__(self, coefficients: torch.Tensor) -> float:
         distances = self.distances(coefficients)
