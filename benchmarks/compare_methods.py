@@ -88,8 +88,8 @@ def evaluation_data(setup: PruneSetup, settings: Settings, batch_size: int = 256
     the train split disjoint from the k-NN memory and from the pruning images."""
     dm = setup.datamodule
     memory = dm.labeled_dataloader("train", settings.train_samples, batch_size)
-    if settings.split == "test":
-        scored = dm.labeled_dataloader("val", settings.val_samples, batch_size)
+    if settings.split == "test":  # (None would mean the DataModule's own max_samples: ask for the whole split)
+        scored = dm.labeled_dataloader("val", settings.val_samples or len(dm.base_dataset("val")), batch_size)
     else:
         base = dm.base_dataset("train")
         pruning = dm.dataset("train")  # the images the methods score with (labels too, for label_fisher)

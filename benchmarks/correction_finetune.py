@@ -1,6 +1,7 @@
 """What weight correction and a short fine-tune add to a retraining-free pruned ViT. Not run in CI.
 
-For each of the paper's (mlp_ratio, head_ratio) pairs, one model is cut from the elastic scores
+For each budget of ``prune.py``'s default export (10% ... 60% of the parameters removed, each split
+between heads and MLP neurons by the fitness), one model is cut from the elastic scores
 (:func:`snapvit_pl.pipeline.extract_models`, as ``prune.py`` does) and measured three times:
 
   (a) pruned:     the cut alone, no retraining;
@@ -14,7 +15,7 @@ Each gets weighted k-NN, linear-probe and own-head top-1 (the evaluation ``prune
 whole test split by default, and every step is timed.
 
     python benchmarks/correction_finetune.py [--scores runs/prune/X] [--model reference]
-    python benchmarks/correction_finetune.py --quick       # smoke run: 2 pairs, tiny sizes (~20 s)
+    python benchmarks/correction_finetune.py --quick       # smoke run: 2 budgets, tiny sizes (~20 s)
 
 Scores: ``elastic_scores.safetensors`` of a prune run (``--scores`` takes the run directory or the
 file); without it, the default ``prune.py`` scores (SSL Fisher + search, settings of
@@ -42,12 +43,12 @@ from benchmarks.common import (  # noqa: E402
 )
 from benchmarks.compare_methods import method_scores  # noqa: E402
 from snapvit_pl.data import ClassificationDataModule  # noqa: E402
-from snapvit_pl.elastic import PAPER_PAIRS, Budget, ElasticScores, initial_coefficients  # noqa: E402
+from snapvit_pl.elastic import Budget, ElasticScores, initial_coefficients  # noqa: E402
 from snapvit_pl.errors import SnapViTError, exit_with_error  # noqa: E402
 from snapvit_pl.eval.suite import EvalData  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import save_pruned  # noqa: E402
-from snapvit_pl.pipeline import Correction, Evaluation, EvaluationSettings, extract_models  # noqa: E402
+from snapvit_pl.pipeline import Correction, Evaluation, EvaluationSettings, choose_splits, extract_models  # noqa: E402
 
 REPORTED = (("knn_top1", "k-NN"), ("linear_top1", "linear probe"), ("head_top1", "own head"))
 STAGES = (("pruned", "(a) pruned"), ("corrected", "(b) corrected"), ("finetuned", "(c) fine-tuned"))
@@ -55,7 +56,7 @@ STAGES = (("pruned", "(a) pruned"), ("corrected", "(b) corrected"), ("finetuned"
 
 @dataclass
 class Settings:
-    pairs: list[tuple[float, float]] = field(default_factory=lambda: list(PAPER_PAIRS))
+    budgets: Optional[list[dict[str, float]]] = None  # None: prune.py's default export (sparsity 0.1 ... 0.6)
     calibration_images: int = 256
     finetune_samples: Optional[int] = 10000  # one epoch over this seeded train subset (None: the whole split)
     finetune_steps: Optional[int] = None     # instead: exactly this many optimizer steps
@@ -71,7 +72,7 @@ class Settings:
     overrides: list[str] = field(default_factory=list)
 
     def quick(self) -> "Settings":
-        return replace(self, pairs=[PAPER_PAIRS[2], PAPER_PAIRS[5]], calibration_images=32, finetune_samples=320,
+        return replace(self, budgets=[{"sparsity": 0.3}, {"sparsity": 0.6}], calibration_images=32, finetune_samples=320,
                        finetune_batch=32, knn_train=300, knn_val=100, knn_k=10,
                        overrides=self.overrides + ["--data.init_args.max_samples=64", "--search.max_evaluations=4",
                                                    "--search.num_images=64", "--search.pca_components=16"])
@@ -164,13 +165,19 @@ def run(settings: Settings, scores: Optional[str], model_name: str, out_prefix: 
         from safetensors.torch import save_file
 
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(teacher))
-        for mlp_ratio, head_ratio in settings.pairs:
-            label = f"({mlp_ratio:.2f}, {head_ratio:.2f})"
-            budget = [Budget(mlp_ratio=mlp_ratio, head_ratio=head_ratio)]
+        budgets = [Budget(**b) for b in settings.budgets] if settings.budgets is not None else setup.export.budget_list()
+        if setup.export.split == "fitness":  # as prune.py's export: each cost budget's head/MLP split by the fitness
+            images = dm.unlabeled_images(setup.search.num_images, setup.search.batch_size)
+            choices = choose_splits(model, images, elastic, budgets, candidates=setup.export.split_candidates,
+                                    pca_components=setup.search.pca_components, batch_size=setup.search.batch_size)
+            elastic.splits = {c.label: c.head_ratio for c in choices}
+        for one in budgets:
+            label, budget = one.label(), [one]
             started = time.perf_counter()
             (pruned,) = extract_models(model, elastic, budget, keep_models=True)
-            row: dict[str, Any] = {"mlp_ratio": mlp_ratio, "head_ratio": head_ratio, "heads": pruned.subnet.head_counts,
-                                   "mlp_hidden": pruned.subnet.neuron_counts, "params": pruned.params, "flops": pruned.flops}
+            row: dict[str, Any] = {"budget": label, "mlp_ratio": pruned.mlp_ratio, "head_ratio": pruned.head_ratio,
+                                   "heads": pruned.subnet.head_counts, "mlp_hidden": pruned.subnet.neuron_counts,
+                                   "params": pruned.params, "flops": pruned.flops}
             row["pruned"] = {"prune_s": time.perf_counter() - started, **evaluate(pruned.model)}
             log(f"{label} (a) pruned: {_metrics_text(row['pruned'])}")
 
@@ -187,7 +194,7 @@ def run(settings: Settings, scores: Optional[str], model_name: str, out_prefix: 
     report = {
         "benchmark": "benchmarks/correction_finetune.py", "quick": quick, "name": out_prefix.name,
         "model": {"source": display(MODELS[model_name]), **setup.spec.to_dict()}, "scores": scores_info,
-        "settings": asdict(settings), "machine": machine_info(), "data_s": data_s, "dense": dense, "pairs": rows,
+        "settings": asdict(settings), "machine": machine_info(), "data_s": data_s, "dense": dense, "models": rows,
         "total_s": time.perf_counter() - log.start,
     }
     write_json_atomic(out_prefix.with_suffix(".json"), rounded(report))
@@ -222,23 +229,23 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Dense: k-NN {pct(dense['knn_top1'])}, linear {pct(dense['linear_top1'])}, own head {pct(dense['head_top1'])}.",
         "",
-        "| (mlp, head) | params | " + " | ".join(f"{name} a / b / c" for _, name in REPORTED)
+        "| budget | (mlp, head) ratios | params | " + " | ".join(f"{name} a / b / c" for _, name in REPORTED)
         + " | correction s | fine-tune s (steps) |",
         "|---|---|" + "---|" * len(REPORTED) + "---|---|",
     ]
-    for row in report["pairs"]:
+    for row in report["models"]:
         cells = [" / ".join(pct(row[stage].get(key)) for stage, _ in STAGES) for key, _ in REPORTED]
-        lines.append(f"| ({row['mlp_ratio']:.2f}, {row['head_ratio']:.2f}) | {row['params'] / 1e6:.3f}M | "
+        lines.append(f"| {row['budget']} | ({row['mlp_ratio']:.2f}, {row['head_ratio']:.2f}) | {row['params'] / dense['params']:.0%} | "
                      + " | ".join(cells)
                      + f" | {row['corrected']['correction_s']:.1f} | {row['finetuned']['finetune_s']:.1f} "
                        f"({row['finetuned']['steps']}) |")
-    evals = [row[stage]["eval_s"] for row in report["pairs"] for stage, _ in STAGES] + [dense["eval_s"]]
+    evals = [row[stage]["eval_s"] for row in report["models"] for stage, _ in STAGES] + [dense["eval_s"]]
     lines += [
         "",
         f"Wall time: scores {report['scores']['seconds']:.1f}s, evaluation data {report['data_s']:.1f}s, "
         f"{len(evals)} evaluations {sum(evals):.1f}s (k-NN + linear probe + head), corrections "
-        f"{sum(r['corrected']['correction_s'] for r in report['pairs']):.1f}s, fine-tunes "
-        f"{sum(r['finetuned']['finetune_s'] for r in report['pairs']):.1f}s.",
+        f"{sum(r['corrected']['correction_s'] for r in report['models']):.1f}s, fine-tunes "
+        f"{sum(r['finetuned']['finetune_s'] for r in report['models']):.1f}s.",
         "",
     ]
     return "\n".join(lines)
@@ -249,7 +256,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--scores", default=None,
                         help="a prune run directory or its elastic_scores.safetensors (default: SSL-Fisher local scores)")
     parser.add_argument("--model", default="reference", help=f"a development model: {', '.join(MODELS)}")
-    parser.add_argument("--quick", action="store_true", help="2 pairs, tiny sizes: checks that everything runs")
+    parser.add_argument("--quick", action="store_true", help="2 budgets, tiny sizes: checks that everything runs")
     parser.add_argument("--finetune-steps", type=int, default=None, help="optimizer steps instead of one epoch")
     parser.add_argument("--finetune-samples", type=int, default=None,
                         help="train images of the one fine-tuning epoch (default 10000; 0: the whole split)")

@@ -1,19 +1,20 @@
 """The Python API: elastic scores for a timm ViT and a loader of unlabeled images, in one call.
 
     import snapvit_pl
-    scores = snapvit_pl.fit_elastic(model, loader, search=snapvit_pl.SearchSettings(max_evaluations=50))
-    small = scores.extract(model, flops=0.5)       # a physically pruned copy; ``model`` is untouched
+    scores = snapvit_pl.fit_elastic(model, loader, budgets=[{"sparsity": 0.5}])
+    small = scores.extract(model, sparsity=0.5)    # a physically pruned copy (the chosen split); ``model`` is untouched
     scores.save("elastic_scores.safetensors")      # any budget later, also with python -m snapvit_pl.extract
 
 It runs the same stages as ``prune.py`` (:mod:`snapvit_pl.pipeline`), without Lightning.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
 
+from .elastic.budget import Budget
 from .elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from .elastic.scores import ElasticScores
 from .errors import ConfigError
@@ -21,6 +22,7 @@ from .models.loading import BackboneSpec, fingerprint
 from .models.modes import eval_mode
 from .pipeline.importance import ImportanceSettings, local_importance, scoring_views
 from .pipeline.search import SearchSettings
+from .pipeline.splits import choose_splits
 from .pipeline.stages import search_stage
 from .pipeline.state import RunState
 from .scoring import Scorer, split_batch
@@ -36,6 +38,8 @@ def fit_elastic(
     min_mlp_keep: float = MIN_MLP_KEEP,
     min_head_keep: float = MIN_HEAD_KEEP,
     spec: Optional[BackboneSpec] = None,
+    budgets: Sequence[Budget | dict[str, float]] = (),
+    split_candidates: int = 7,
     crop_seed: int = 0,
     progress: bool = True,
 ) -> ElasticScores:
@@ -53,6 +57,10 @@ def fit_elastic(
             ``search.num_images`` plain images of ``loader``; required when it yields multi-crop views).
         min_mlp_keep, min_head_keep: share of each block's neurons / heads never pruned.
         spec: how ``model`` is built, recorded so that ``python -m snapvit_pl.extract`` can rebuild it.
+        budgets: cost budgets (``{"sparsity": 0.5}``, ``Budget(flops=0.4)``, ...) whose head/MLP split is chosen
+            now by the fitness (:func:`snapvit_pl.pipeline.choose_splits`) and recorded, so that
+            ``scores.extract(model, sparsity=0.5)`` cuts the chosen split; other budgets follow the schedule.
+        split_candidates: head ratios tried per budget.
         crop_seed: seed of the multi-crop views made from plain images.
         progress: show progress bars.
 
@@ -81,6 +89,14 @@ def fit_elastic(
                 fitness_images = torch.cat(collected)[: search.num_images]
         search_stage(state, model, fitness_images if fitness_images is not None else torch.empty(0), search,
                      progress=progress)
+        wanted = [b if isinstance(b, Budget) else Budget(**b) for b in budgets]
+        if wanted:
+            if fitness_images is None:
+                raise ConfigError("choosing the splits of budgets needs fitness images: give max_evaluations > 0 or "
+                                  "fitness_images")
+            state.splits = choose_splits(model, fitness_images, state.elastic_scores(), wanted,
+                                         candidates=split_candidates, pca_components=search.pca_components,
+                                         batch_size=search.batch_size)
     scores = state.elastic_scores()
     if spec is None:
         scores.base = {}  # unknown build arguments: extraction needs the model itself (scores.extract(model, ...))

@@ -77,3 +77,15 @@ def test_multicrop_loader_needs_fitness_images():
     views = [torch.randn(4, 3, 3, 32, 32)]
     with pytest.raises(ConfigError, match="fitness_images"):
         snapvit_pl.fit_elastic(model, views, search=snapvit_pl.SearchSettings(max_evaluations=2), progress=False)
+
+
+def test_budgets_given_to_fit_elastic_get_their_split_recorded():
+    model = load_backbone(FAMILIES["augreg_vit"])
+    search = snapvit_pl.SearchSettings(max_evaluations=4, popsize=4, num_images=16, batch_size=8, pca_components=8)
+    scores = snapvit_pl.fit_elastic(model, (batch[0] for batch in _plain_loader()), search=search,
+                                    budgets=[{"sparsity": 0.4}], split_candidates=3, progress=False)
+    assert set(scores.splits) == {"sparsity0.4"}
+    small = scores.extract(model, sparsity=0.4)
+    from snapvit_pl.models import count_params
+
+    assert count_params(small) <= 0.6 * count_params(model)

@@ -86,9 +86,19 @@ class Budget:
         return any(getattr(self, k) is not None for k in COST_KINDS)
 
 
+#: The default export: 10% ... 60% of the parameters removed (about what the paper's six pairs remove), each
+#: split between heads and MLP neurons by the fitness (``export.split: fitness``).
+DEFAULT_SPARSITIES: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+
+
 def paper_budgets() -> list[Budget]:
-    """The paper's six (mlp_ratio, head_ratio) pairs as budgets (the default export)."""
+    """The paper's six (mlp_ratio, head_ratio) pairs as budgets."""
     return [Budget(mlp_ratio=m, head_ratio=h) for m, h in PAPER_PAIRS]
+
+
+def default_budgets() -> list[Budget]:
+    """What ``prune.py`` exports when no budgets are given: the sparsities of :data:`DEFAULT_SPARSITIES`."""
+    return [Budget(sparsity=s) for s in DEFAULT_SPARSITIES]
 
 
 class CostModel:

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..correction import correct_and_prune
 from ..correction.sparsegpt import Damping
-from ..elastic.budget import Budget, CostModel, paper_budgets
+from ..elastic.budget import Budget, CostModel, default_budgets
 from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
 from ..eval.suite import CLASSIFICATION_METRICS, EvalData, evaluate_model, parse_metrics
@@ -38,7 +38,8 @@ class ExportSettings:
     Args:
         budgets: budgets as dicts of :class:`snapvit_pl.elastic.Budget` fields, e.g.
             ``{"mlp_ratio": 0.35, "head_ratio": 0.2}``, ``{"sparsity": 0.4}``, ``{"flops": 0.5}``,
-            ``{"params": 20e6}``; default: the paper's six pairs.
+            ``{"params": 20e6}``, ``{"latency": 12.5}``; default: 10%, 20%, ... 60% of the parameters removed
+            (``{"sparsity": 0.1}`` ...), each split by ``split``.
         mlp_multiple: round MLP widths to this multiple (8 or 16 suit most hardware).
         split: how a sparsity / params / FLOPs budget is divided between heads and MLP neurons:
             ``fitness`` tries ``split_candidates`` head ratios around the schedule's and keeps the one
@@ -70,7 +71,7 @@ class ExportSettings:
         self.budget_list()  # a malformed budget fails here, before any work
 
     def budget_list(self) -> list[Budget]:
-        return paper_budgets() if self.budgets is None else [Budget(**b) for b in self.budgets]
+        return default_budgets() if self.budgets is None else [Budget(**b) for b in self.budgets]
 
 
 @dataclass
