@@ -8,12 +8,9 @@ import pytorch_lightning as pl
 from tqdm.auto import tqdm
 
 from snapvit_pl.errors import SnapViTError
-from snapvit_pl.eval.suite import EvalData
 from snapvit_pl.lightning.pruning_module import PruningModule
-from snapvit_pl.pipeline import (
-    Correction, CorrectionSettings, Evaluation, EvaluationSettings, ExportSettings, SearchSettings, check_budgets,
-    export_stage,
-)
+from snapvit_pl.pipeline import CorrectionSettings, EvaluationSettings, ExportSettings, SearchSettings, check_budgets
+from snapvit_pl.pipeline.stages import export_from_datamodule
 
 
 class ExportCallback(pl.Callback):
@@ -46,29 +43,15 @@ class ExportCallback(pl.Callback):
             raise SnapViTError("no importance scores were computed: the pruning data loader produced no batch")
         if not trainer.is_global_zero:
             return
-        datamodule, device = trainer.datamodule, trainer.strategy.root_device
-        correction = None
-        if self.correction.enabled:
-            images = datamodule.unlabeled_images(self.correction.num_samples, self.correction.batch_size)
-            correction = Correction(self.correction, images)
-        evaluation = None
-        if self.evaluation.metrics:
-            s = self.evaluation
-            evaluation = Evaluation(s, EvalData.from_datamodule(datamodule, s.train_samples, s.val_samples, s.batch_size),
-                                    device)
-        fitness_images = None
-        if self.settings.split == "fitness":
-            fitness_images = datamodule.unlabeled_images(self.search.num_images, self.search.batch_size).to(device)
-        budgets = self.settings.budget_list()
-        bar = tqdm(total=len(budgets), desc="export", unit="model", dynamic_ncols=True,
+        bar = tqdm(total=len(self.settings.budget_list()), desc="export", unit="model", dynamic_ncols=True,
                    disable=trainer.progress_bar_callback is None or not sys.stderr.isatty())
-        bar.set_postfix_str("choosing splits, evaluating the dense model" if evaluation else "")
 
         def finished(item) -> None:
             bar.update()
             bar.set_postfix_str(f"{item.label}: " + ", ".join(f"{k} {100 * v:.1f}" for k, v in (item.metrics or {}).items()
                                                              if k.endswith("_top1")))
 
-        export_stage(pl_module.state, pl_module.backbone, self.settings, trainer.default_root_dir, correction, evaluation,
-                     fitness_images, on_model=finished)
+        export_from_datamodule(pl_module.state, pl_module.backbone, trainer.datamodule, self.settings, self.correction,
+                               self.evaluation, self.search, trainer.default_root_dir, trainer.strategy.root_device,
+                               on_model=finished)
         bar.close()

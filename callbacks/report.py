@@ -5,10 +5,9 @@ from typing import Optional
 
 import pytorch_lightning as pl
 
+from snapvit_pl.lightning.logging import log_report
 from snapvit_pl.lightning.pruning_module import PruningModule
-from snapvit_pl.lightning.tensorboard import merge_event_files
 from snapvit_pl.pipeline import ReportSettings, write_report
-from snapvit_pl.pipeline.report import logged_metrics
 
 
 class ReportCallback(pl.Callback):
@@ -31,12 +30,4 @@ class ReportCallback(pl.Callback):
         on_figure = (lambda name, fig: experiment.add_figure(f"report/{name}", fig)) if hasattr(experiment, "add_figure") else None
         report = write_report(state, trainer.default_root_dir, self.settings.print_table, self.settings.plots, on_figure)
         if trainer.logger is not None:
-            scalars, metrics = logged_metrics(report)
-            for tag, value, step in scalars:
-                trainer.logger.log_metrics({tag: value}, step=step)
-            search = state.search_settings.to_dict() if state.search_settings else {}
-            trainer.logger.log_hyperparams({"scorer": state.scorer.get("name"), **{f"search.{k}": str(v) for k, v in search.items()}},
-                                           metrics)
-            trainer.logger.finalize("success")
-            if state.elapsed_before and getattr(trainer.logger, "log_dir", None):  # a resumed run: one event file
-                merge_event_files(trainer.logger.log_dir)
+            log_report(trainer.logger, report, state)

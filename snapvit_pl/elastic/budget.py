@@ -183,7 +183,7 @@ def resolve(
             the smallest reachable value), or a cost budget without a ``CostModel``.
     """
     select = lambda m, h: select_subnet(head_scores, neuron_scores, m, h, min_mlp_keep, min_head_keep, mlp_multiple)  # noqa: E731
-    if budget.mlp_ratio is not None or budget.head_ratio is not None:
+    if not budget.is_cost:
         m, h = budget.mlp_ratio or 0.0, budget.head_ratio or 0.0
         return select(m, h), m, h
     if cost is None:

@@ -21,7 +21,7 @@ from ..correction.sparsegpt import Damping
 from ..elastic.budget import Budget, CostModel, default_budgets
 from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
-from ..eval.suite import CLASSIFICATION_METRICS, EvalData, evaluate_model, parse_metrics
+from ..eval.suite import EvalData, evaluate_model, parse_metrics
 from ..eval.throughput import measure_throughput
 from ..models.checkpoint import save_pruned
 from ..models.cost import input_shape
@@ -154,10 +154,6 @@ class Evaluation:
         s = self.settings
         return evaluate_model(model, self.data, s.metrics, knn_k=s.knn_k, device=self.device, log=self.log,
                               count_cost=False)
-
-    @property
-    def needs_data(self) -> bool:
-        return bool(set(CLASSIFICATION_METRICS) & set(self.settings.metrics))
 
 
 def check_budgets(model: nn.Module, budgets: Sequence[Budget], min_mlp_keep: float, min_head_keep: float,

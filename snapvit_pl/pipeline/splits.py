@@ -85,7 +85,7 @@ def choose_splits(
     keep = (scores.min_mlp_keep, scores.min_head_keep)
     choices = []
     for budget in budgets:
-        if budget.mlp_ratio is not None or budget.head_ratio is not None:
+        if not budget.is_cost:  # a ratio pair fixes its own split
             continue
         _, _, schedule_h = resolve(budget, heads, neurons, cost, *keep, mlp_multiple)
         tried = []

@@ -19,8 +19,11 @@ from torch import nn
 
 from ..elastic.budget import CostModel
 from ..elastic.latency import latency_table
+from ..eval.suite import EvalData
 from ..scoring import LocalScores
-from .extraction import Correction, Evaluation, ExportSettings, extract_models
+from .extraction import (
+    Correction, CorrectionSettings, Evaluation, EvaluationSettings, ExportSettings, extract_models,
+)
 from .importance import AllReduceSum, ImportanceSettings, finish_importance
 from .search import SearchSettings, run_search
 from .splits import choose_splits
@@ -103,3 +106,31 @@ def export_stage(
     post = (state.timings.correction_s or 0.0) - before[0] + (state.timings.evaluation_s or 0.0) - before[1]
     state.timings.add("export", time.perf_counter() - started - post)
 
+
+
+def export_from_datamodule(
+    state: RunState,
+    base: nn.Module,
+    datamodule: Any,
+    settings: ExportSettings,
+    correction: CorrectionSettings,
+    evaluation: EvaluationSettings,
+    search: SearchSettings,
+    run_dir: Optional[str | Path],
+    device: Optional[torch.device] = None,
+    on_model: Optional[Callable[[ExtractedModel], None]] = None,
+) -> None:
+    """:func:`export_stage` with its steps' data taken from a DataModule, as ``prune.py`` runs it: calibration images
+    (plain views of the pruning data), the evaluation subsets (labeled train and val splits) and the fitness images
+    for the splits (the search's)."""
+    step = None
+    if correction.enabled:
+        step = Correction(correction, datamodule.unlabeled_images(correction.num_samples, correction.batch_size))
+    evaluate = None
+    if evaluation.metrics:
+        data = EvalData.from_datamodule(datamodule, evaluation.train_samples, evaluation.val_samples, evaluation.batch_size)
+        evaluate = Evaluation(evaluation, data, device)
+    images = None
+    if settings.split == "fitness":
+        images = datamodule.unlabeled_images(search.num_images, search.batch_size).to(device or "cpu")
+    export_stage(state, base, settings, run_dir, step, evaluate, images, on_model=on_model)
