@@ -27,6 +27,7 @@ k-NN memory (``--split holdout``: what defaults are chosen on). Writes
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -77,7 +78,7 @@ class Settings:
 
     def quick(self) -> "Settings":
         methods = ["ours", "ours_split", "magnitude"] if self.methods == list(METHODS) else self.methods
-        return replace(self, models=["reference"], seeds=[0], methods=methods, pairs=[PAPER_PAIRS[3]],
+        return replace(self, models=self.models[:1], seeds=[0], methods=methods, pairs=[PAPER_PAIRS[3]],
                        train_samples=300, val_samples=200,
                        overrides=self.overrides + ["--data.init_args.max_samples=64", "--search.max_evaluations=4",
                                                    "--search.num_images=64", "--search.pca_components=16"])
@@ -204,16 +205,58 @@ def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: boo
                 log(f"{model_name} seed {seed} {method}: " + "; ".join(
                     f"{tuple(r['pair'])} " + "/".join(pct(r[k]) for k, _ in REPORTED)
                     for r in entry["rows"][-len(items):]))
-        entry["summary"] = aggregate(entry["rows"])
-        report["models"][model_name] = entry
-    report["machine"] = machine_info()
-    report["total_s"] = time.perf_counter() - log.start
+                entry["summary"] = aggregate(entry["rows"])
+                report["models"][model_name] = entry
+                write_report(report, out_prefix, log, partial=True)  # what is measured so far survives an interruption
+    write_report(report, out_prefix, log, partial=False)
+    log(f"wrote {display(out_prefix)}.md/.json/.png (total {report['total_s'] / 60:.1f} min)")
+    return report
+
+
+def write_report(report: dict[str, Any], out_prefix: Path, log: Optional[Progress], partial: bool) -> None:
+    """The JSON, Markdown and plot of ``report`` (``partial``: a run still in progress, marked as such)."""
+    report["partial"] = partial
+    if log is not None:  # (a merge keeps the runs' own machine and times)
+        report["machine"] = machine_info()
+        report["total_s"] = time.perf_counter() - log.start
     report["goal"] = goal(report)
     write_json_atomic(out_prefix.with_suffix(".json"), rounded(report))
     write_text_atomic(out_prefix.with_suffix(".md"), markdown(report))
     plot(report, out_prefix.with_suffix(".png"))
-    log(f"wrote {display(out_prefix)}.md/.json/.png (total {report['total_s'] / 60:.1f} min)")
-    return report
+
+
+def merge(paths: list[Path], out_prefix: Path) -> dict[str, Any]:
+    """One report from the reports of finished runs over different models or different seeds of a model (e.g. one
+    process per model, or per group of seeds, in parallel). A (model, method, seed) must come from one run only, and
+    the runs of a model must agree on its dense model and its settings."""
+    reports = [json.loads(Path(p).read_text()) for p in paths]  # (an interrupted run holds its finished methods)
+    models: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        for name, entry in report["models"].items():
+            if name not in models:
+                models[name] = {**entry, "rows": list(entry["rows"]), "runs": list(entry["runs"])}
+                continue
+            merged = models[name]
+            if merged["dense"] != entry["dense"] or merged["search_settings"] != entry["search_settings"]:
+                raise ValueError(f"the runs of {name} disagree on the dense model or the search settings")
+            have = {(r["method"], r["seed"]) for r in merged["runs"]}
+            again = sorted(f"{r['method']} seed {r['seed']}" for r in entry["runs"] if (r["method"], r["seed"]) in have)
+            if again:
+                raise ValueError(f"{name}: {', '.join(again)} measured by more than one run")
+            merged["rows"] += entry["rows"]
+            merged["runs"] += entry["runs"]
+    for entry in models.values():
+        entry["summary"] = aggregate(entry["rows"])
+    methods = list(dict.fromkeys(m for r in reports for m in r["settings"]["methods"]))
+    seeds = sorted({s for r in reports for s in r["settings"]["seeds"]})
+    merged_report = {**reports[0], "name": out_prefix.name, "models": models,
+                     "merged_from": [display(Path(p)) + (" (interrupted: its finished methods)" if r.get("partial") else "")
+                                     for p, r in zip(paths, reports)],
+                     "total_s": sum(r["total_s"] for r in reports)}
+    merged_report["settings"] = {**reports[0]["settings"], "models": list(models), "methods": methods, "seeds": seeds}
+    write_report(merged_report, out_prefix, None, partial=False)
+    print(f"wrote {display(out_prefix)}.md/.json/.png from {len(paths)} reports")
+    return merged_report
 
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -265,6 +308,10 @@ def markdown(report: dict[str, Any]) -> str:
              f"{report['machine']['date']}, {report['machine']['cpu']} ({report['machine']['torch_threads']} torch "
              f"thread(s)), {report['total_s'] / 60:.0f} min. Raw numbers: `{report['name']}.json`; plot: `{report['name']}.png`.",
              "",
+             *(["**Unfinished run: the numbers so far.**", ""] if report.get("partial") else []),
+             *([f"Merged from {len(report['merged_from'])} runs (over models or seeds, run in parallel, one torch thread "
+                "each; `--merge`): " + "; ".join(f"`{p}`" for p in report["merged_from"]) + ". The time is their sum.", ""]
+              if report.get("merged_from") else []),
              f"Every method through the `prune.py` pipeline with the settings of `configs/prune/demo.yaml`; seeds "
              f"{s['seeds']} (pruning subset, crops and search seed); `lamp` and `magnitude` use no data and run once. "
              f"Scored on {'the test split' if s['split'] == 'test' else 'a held-out part of the train split'} "
@@ -280,7 +327,7 @@ def markdown(report: dict[str, Any]) -> str:
             for pair in summary[names[0]]:
                 cells = [summary[m].get(pair, {}).get(key) for m in names]
                 best = max((c["mean"] for c in cells if c), default=None)
-                text = [("**{}**" if c and c["mean"] == best else "{}").format(_cell(c)) for c in cells]
+                text = [("**{}**" if c and c["mean"] == best else "{}").format(_cell(c, len(s["seeds"]))) for c in cells]
                 params = summary[names[0]][pair]["params"] / dense["params"]
                 lines.append(f"| ({pair}) | {pct(params, 0)}% | " + " | ".join(text) + " |")
             lines.append("")
@@ -296,10 +343,11 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _cell(cell: Optional[dict[str, Any]]) -> str:
+def _cell(cell: Optional[dict[str, Any]], seeds: int) -> str:
     if not cell:
         return "n/a"
-    return f"{100 * cell['mean']:.2f}" + (f" ± {100 * cell['std']:.2f}" if cell["n"] > 1 else "")
+    return (f"{100 * cell['mean']:.2f}" + (f" ± {100 * cell['std']:.2f}" if cell["n"] > 1 else "")
+            + (f" (n={cell['n']})" if cell["n"] != seeds else ""))  # fewer seeds than the others (e.g. weights-only)
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -331,7 +379,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: one model, one seed, three methods, one pair")
+    parser.add_argument("--quick", action="store_true", help="smoke run: the first of --models, one seed, three methods, one pair")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
     parser.add_argument("--seeds", default="0,1,2", help="seeds of the data subset, crops and search")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
@@ -345,7 +393,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--override", action="append", default=[], help="extra prune.py override, e.g. --search.sigma=0.5")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (1 on a busy machine)")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/compare_methods[_holdout])")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", default=None,
+                        help="merge the reports of finished runs over different --models into --out, then exit")
     args = parser.parse_args(argv)
+    if args.merge:
+        try:
+            merge(args.merge, Path(args.out) if args.out else RESULTS / "compare_methods")
+        except (OSError, ValueError, KeyError) as err:
+            parser.error(f"cannot merge: {err}")
+        return
     settings = Settings(models=args.models.split(","), seeds=[int(s) for s in args.seeds.split(",")],
                         methods=args.methods.split(","), split=args.split, train_samples=args.train_samples,
                         val_samples=args.val_samples or None, baseline_coefficients=args.baseline_coefficients,

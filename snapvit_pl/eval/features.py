@@ -28,12 +28,14 @@ class ExtractedFeatures:
         patch_tokens: patch tokens without prefix tokens [N, h*w, C] (None if not requested).
         targets: labels [N] or masks [N, H, W], as the dataloader yields them.
         grid_size: patch grid (h, w) of patch_tokens (None if not requested).
+        logits: the model's own classifier outputs [N, num_classes] (None if not requested).
     """
 
     embeddings: Optional[Tensor]
     patch_tokens: Optional[Tensor]
     targets: Tensor
     grid_size: Optional[tuple[int, int]]
+    logits: Optional[Tensor] = None
 
 
 @torch.inference_mode()
@@ -42,6 +44,7 @@ def extract_features(
     dataloader: Iterable,
     embeddings: bool = True,
     patch_tokens: bool = False,
+    logits: bool = False,
     device: Union[str, torch.device, None] = None,
     precision: str = "auto",
     progress: bool = False,
@@ -51,7 +54,8 @@ def extract_features(
 
     Pooled embeddings are model.forward_head(model.forward_features(x), pre_logits=True);
     patch tokens are forward_features' output without the model.num_prefix_tokens prefix
-    (class/register/distillation) tokens. The model is moved to `device` and put in eval
+    (class/register/distillation) tokens; logits are model.forward_head(features), what the model's
+    own forward returns, from the same pass. The model is moved to `device` and put in eval
     mode for the pass; its previous train/eval mode is restored afterwards.
 
     Args:
@@ -59,16 +63,17 @@ def extract_features(
         dataloader: yields (images, labels) or (images, masks).
         embeddings: collect pooled embeddings.
         patch_tokens: collect patch tokens.
+        logits: collect the outputs of the model's own head.
         device: where to run (default: CUDA if available).
         precision: see `autocast_context`.
         progress: show a tqdm progress bar.
         description: progress bar label.
     """
-    if not (embeddings or patch_tokens):
-        raise ValueError("request embeddings, patch_tokens or both")
+    if not (embeddings or patch_tokens or logits):
+        raise ValueError("request embeddings, patch_tokens or logits")
     device = resolve_device(device)
     model.to(device)
-    pooled, tokens, targets, grid_size = [], [], [], None
+    pooled, tokens, outputs, targets, grid_size = [], [], [], [], None
     with eval_mode(model):
         for images, batch_targets in tqdm(dataloader, desc=description, disable=not progress):
             images = images.to(device, non_blocking=True)
@@ -76,6 +81,8 @@ def extract_features(
                 features = model.forward_features(images)
                 if embeddings:
                     pooled.append(model.forward_head(features, pre_logits=True).float().cpu())
+                if logits:
+                    outputs.append(model.forward_head(features).float().cpu())
             if patch_tokens:
                 grid_size = patch_grid_size(model, tuple(images.shape[-2:]))
                 patches = features[:, model.num_prefix_tokens :]
@@ -88,4 +95,5 @@ def extract_features(
         patch_tokens=torch.cat(tokens) if patch_tokens else None,
         targets=torch.cat(targets),
         grid_size=grid_size,
+        logits=torch.cat(outputs) if logits else None,
     )

@@ -88,16 +88,20 @@ def evaluate_classification(
         raise ConfigError(f"unknown classification metrics {sorted(unknown)}; choose from {list(CLASSIFICATION_METRICS)}")
     device = resolve_device(device)
     results: dict[str, float] = {}
+    head = "head" in metrics and bool(getattr(model, "num_classes", 0))
     if {"knn", "linear"} & set(metrics):
         train = extract_features(model, train_loader, device=device, progress=progress, description="train features")
-        val = extract_features(model, val_loader, device=device, progress=progress, description="val features")
+        # the own head's outputs come from the same pass over the val images (the model's forward, one pass less)
+        val = extract_features(model, val_loader, logits=head, device=device, progress=progress, description="val features")
         if "knn" in metrics:
             results.update({f"knn_{k}": v for k, v in knn_classify(
                 train.embeddings.to(device), train.targets, val.embeddings, val.targets, k=knn_k, temperature=knn_temperature
             ).items()})
         if "linear" in metrics:
             results["linear_top1"] = linear_probe(train.embeddings, train.targets, val.embeddings, val.targets).test_accuracy
-    if "head" in metrics and getattr(model, "num_classes", 0):
+        if head:
+            results["head_top1"] = int((val.logits.argmax(dim=1) == val.targets).sum()) / max(len(val.targets), 1)
+    elif head:
         results["head_top1"] = head_accuracy(model, val_loader, device)
     return results
 

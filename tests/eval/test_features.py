@@ -51,3 +51,21 @@ def test_dynamic_image_size_grid():
     loader = DataLoader(TensorDataset(torch.randn(2, 3, 48, 32), torch.zeros(2)), batch_size=2)
     out = extract_features(model, loader, patch_tokens=True, device="cpu")
     assert out.grid_size == (6, 4) and out.patch_tokens.shape == (2, 24, 32)
+
+
+@pytest.mark.parametrize("distilled", [False, True])
+def test_logits_are_the_model_forward_and_give_the_separate_head_accuracy(distilled):
+    from snapvit_pl.eval.suite import evaluate_classification, head_accuracy
+
+    torch.manual_seed(0)
+    name = "deit_tiny_distilled_patch16_224" if distilled else "vit_tiny_patch16_224"
+    model = timm.create_model(name, pretrained=False, img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=2,
+                              num_classes=5).eval()
+    images, labels = torch.randn(20, 3, 32, 32), torch.randint(0, 5, (20,))
+    loader = DataLoader(TensorDataset(images, labels), batch_size=8)
+    out = extract_features(model, loader, logits=True, device="cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(out.logits, model(images))
+    one_pass = evaluate_classification(model, loader, loader, metrics=("knn", "head"), device="cpu")["head_top1"]
+    assert one_pass == head_accuracy(model, loader, torch.device("cpu"))
+    assert evaluate_classification(model, loader, loader, metrics=("head",), device="cpu")["head_top1"] == one_pass
