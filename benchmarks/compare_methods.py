@@ -16,7 +16,9 @@ data subset, its multi-crop views and the search seed, as ``--data.init_args.see
   population, 50 evaluations; ``SearchSettings.paper()``) on the same fitness images;
 - ``ssl_fisher``: the same local scores with the initial coefficients (``search.max_evaluations: 0``);
 - ``label_fisher`` (needs labels), ``snip_magnitude``, ``lamp``, ``magnitude``, ``random``: the other scorers,
-  with the initial coefficients (``--baseline-coefficients none``: local scores alone).
+  with the initial coefficients (``--baseline-coefficients none``: local scores alone);
+- ``label_fisher_split``, ``snip_magnitude_split``: those two with the fitness-chosen split of ``ours_split``
+  (what the split alone is worth).
 
 ``lamp`` and ``magnitude`` read only the weights: they run once, whatever the seeds. Each pruned model
 gets own-head, linear-probe and weighted k-NN top-1 on ``--val-samples`` images of the test split
@@ -59,9 +61,12 @@ METHODS = {  # name -> (scorer, search: False / "default" / "paper", uses the da
     "paper_search": ("ssl_fisher", "paper", True), "ssl_fisher": ("ssl_fisher", False, True),
     "label_fisher": ("label_fisher", False, True), "snip_magnitude": ("snip_magnitude", False, True),
     "lamp": ("lamp", False, False), "magnitude": ("magnitude", False, False), "random": ("random", False, True),
+    # the baselines given our fitness-chosen split too (what the split alone is worth)
+    "label_fisher_split": ("label_fisher", False, True), "snip_magnitude_split": ("snip_magnitude", False, True),
 }
 REPORTED = [("head_top1", "own-head top-1"), ("linear_top1", "linear-probe top-1"), ("knn_top1", "k-NN top-1")]
 RIVALS = ("snip_magnitude", "label_fisher")  # the baselines the goal names
+EVALUATION_SEED = 0  # data seed of the k-NN memory / probe subset (and the holdout), whatever the seeds measured
 
 
 @dataclass
@@ -165,11 +170,13 @@ def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: boo
         for seed in settings.seeds:
             setup = prune_setup(*model_overrides(model_name), f"--data.init_args.seed={seed}", f"--search.seed={seed}",
                                 *settings.overrides)
-            if evaluation is None:
+            if evaluation is None:  # the same evaluation images whatever the seeds (runs over other seeds can merge)
                 started = time.perf_counter()
                 metrics = EvaluationSettings(metrics=["knn", "linear", "head"], train_samples=settings.train_samples,
                                              val_samples=settings.val_samples)
-                evaluation = CachedEvaluation(metrics, evaluation_data(setup, settings), device=torch.device("cpu"))
+                eval_setup = setup if seed == EVALUATION_SEED else prune_setup(
+                    *model_overrides(model_name), f"--data.init_args.seed={EVALUATION_SEED}", *settings.overrides)
+                evaluation = CachedEvaluation(metrics, evaluation_data(eval_setup, settings), device=torch.device("cpu"))
                 entry["data_s"] = time.perf_counter() - started
                 entry["search_settings"] = setup.search.to_dict()
                 entry["scorer"] = setup.importance.scorer_record()
@@ -185,7 +192,7 @@ def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: boo
                 scores, info = method_scores(method, setup, seed, settings.baseline_coefficients, log, shared)
                 started = time.perf_counter()
                 method_budgets = budgets
-                if method == "ours_split":  # each pair's parameter count, split by the fitness
+                if method.endswith("_split"):  # each pair's parameter count, split by the fitness
                     method_budgets = [Budget(params=cost.params(scores.subnet(b, cost)[0])) for b in budgets]
                     images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
                     choices = choose_splits(setup.model, images, scores, method_budgets,
@@ -237,7 +244,8 @@ def merge(paths: list[Path], out_prefix: Path) -> dict[str, Any]:
                 models[name] = {**entry, "rows": list(entry["rows"]), "runs": list(entry["runs"])}
                 continue
             merged = models[name]
-            if merged["dense"] != entry["dense"] or merged["search_settings"] != entry["search_settings"]:
+            if _measured(merged["dense"]) != _measured(entry["dense"]) or _measured(merged["search_settings"]) != \
+                    _measured(entry["search_settings"]):
                 raise ValueError(f"the runs of {name} disagree on the dense model or the search settings")
             have = {(r["method"], r["seed"]) for r in merged["runs"]}
             again = sorted(f"{r['method']} seed {r['seed']}" for r in entry["runs"] if (r["method"], r["seed"]) in have)
@@ -257,6 +265,11 @@ def merge(paths: list[Path], out_prefix: Path) -> dict[str, Any]:
     write_report(merged_report, out_prefix, None, partial=False)
     print(f"wrote {display(out_prefix)}.md/.json/.png from {len(paths)} reports")
     return merged_report
+
+
+def _measured(record: dict[str, Any]) -> dict[str, Any]:
+    """What runs over other seeds must share: a record without its timings and its seed."""
+    return {k: v for k, v in record.items() if k not in ("timings_s", "seed")}
 
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:

@@ -150,7 +150,8 @@ def run(settings: Settings, scores: Optional[str], model_name: str, out_prefix: 
     calibration = dm.unlabeled_images(settings.calibration_images, setup.correction.batch_size)
     correction = Correction(replace(setup.correction, enabled=True, num_samples=settings.calibration_images), calibration)
     data_s = time.perf_counter() - started
-    log(f"data: {settings.knn_train}/{len(data.val) and sum(len(b[1]) for b in data.val)} evaluation images, "
+    val_images = sum(len(b[1]) for b in data.val)
+    log(f"data: {settings.knn_train}/{val_images} evaluation images, "
         f"{len(calibration)} calibration images ({data_s:.1f}s)")
 
     def evaluate(m: torch.nn.Module) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def run(settings: Settings, scores: Optional[str], model_name: str, out_prefix: 
     report = {
         "benchmark": "benchmarks/correction_finetune.py", "quick": quick, "name": out_prefix.name,
         "model": {"source": display(MODELS[model_name]), **setup.spec.to_dict()}, "scores": scores_info,
-        "settings": asdict(settings), "machine": machine_info(), "data_s": data_s, "dense": dense, "models": rows,
+        "settings": asdict(settings), "machine": machine_info(), "data_s": data_s, "val_images": val_images, "dense": dense, "models": rows,
         "total_s": time.perf_counter() - log.start,
     }
     write_json_atomic(out_prefix.with_suffix(".json"), rounded(report))
@@ -221,7 +222,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['total_s'] / 60:.1f} min. Raw numbers: `{report['name']}.json`.",
         "",
         f"Model: {model['model_name']} from {model['source']}, {dense['params'] / 1e6:.3f}M params. "
-        f"Scores: {report['scores']['source']}. Fashion-MNIST top-1 (%) on {s['knn_val'] or 'all 10000'} test images; k-NN "
+        f"Scores: {report['scores']['source']}. Fashion-MNIST top-1 (%) on {report['val_images']} test images; k-NN "
         f"(k={s['knn_k']}) and linear probe on {s['knn_train']} train images. (a) pruned, no retraining; "
         f"(b) `correct_and_prune` on {s['calibration_images']} calibration images; (c) (b) fine-tuned with "
         f"`FinetuneModule(loss=both, distill=kl)` for {finetune_what} (batch {s['finetune_batch']}, AdamW lr "

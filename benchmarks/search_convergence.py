@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "default (SNES)": replace(setup.search, max_evaluations=args.evaluations),
         }
         entry: dict[str, Any] = {"dimension": sum(scores.heads_per_block) + len(scores.heads_per_block), "curves": {}}
-        for label, settings in searches.items():
-            for seed in args.seeds:
+        for seed in args.seeds:  # alternating the searches: a load change on the machine hits both alike
+            for label, settings in searches.items():
                 points = curve(setup, scores, images, replace(settings, seed=seed))
                 entry["curves"].setdefault(label, []).append(points)
                 log(f"{model_name} {label} seed {seed}: fitness {points[0][2]:.4f} -> {points[-1][2]:.4f} "

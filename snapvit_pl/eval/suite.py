@@ -167,9 +167,13 @@ class EvalData:
     def from_datamodule(cls, datamodule: Any, train_samples: Optional[int], val_samples: Optional[int],
                         batch_size: int) -> "EvalData":
         """Classification data from a configured ``ClassificationDataModule``: seeded class-balanced subsets
-        of its train split (k-NN memory, probe training set) and its val split (scored)."""
-        return cls(train=datamodule.labeled_dataloader("train", train_samples, batch_size),
-                   val=datamodule.labeled_dataloader("val", val_samples, batch_size),
+        of its train split (k-NN memory, probe training set) and its val split (scored); ``None``: the whole
+        split (not the DataModule's ``max_samples``, which sizes the pruning data)."""
+        def size(split: str, samples: Optional[int]) -> int:
+            return len(datamodule.base_dataset(split)) if samples is None else samples
+
+        return cls(train=datamodule.labeled_dataloader("train", size("train", train_samples), batch_size),
+                   val=datamodule.labeled_dataloader("val", size("val", val_samples), batch_size),
                    num_classes=getattr(datamodule, "num_classes", None))
 
 

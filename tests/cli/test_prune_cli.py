@@ -10,6 +10,7 @@ import torch
 from snapvit_pl.cli import prune_cli, prune_main
 from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT
 from snapvit_pl.models import BackboneSpec, count_params, fingerprint, load_backbone, load_pruned
+from snapvit_pl.pipeline import SearchSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -142,4 +143,11 @@ def test_help_leads_with_the_project_and_shows_what_prune_py_runs(capsys):
     assert text.startswith("usage: python prune.py") and "--resume" in text and "--verbose" in text
     own, trainer = text.index("--search.max_evaluations"), text.index("--trainer.accelerator")
     assert own < trainer and text.index("--out_dir") < own
-    assert "default: 500" in text[text.index("--search.num_images"):]  # configs/prune/demo.yaml's value, not the class default
+    # configs/prune/demo.yaml's values, not the class defaults (1000 images, 150 evaluations)
+    import yaml
+
+    demo = yaml.safe_load((ROOT / "configs" / "prune" / "demo.yaml").read_text())["search"]
+    for key in ("num_images", "max_evaluations"):
+        option = text[text.index(f"--search.{key}"):]
+        option = option[:option.index("\n  --", 1)]  # this option's own help lines
+        assert f"default: {demo[key]})" in option and demo[key] != getattr(SearchSettings(), key)

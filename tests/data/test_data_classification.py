@@ -224,3 +224,13 @@ def test_train_augment_args_reach_timm(tmp_path, rgb32):
         ClassificationDataModule("folder", str(tmp_path), train_augment_args={"scal": (0.5, 1.0)})
     with pytest.raises(DataError, match=r"unknown keys \['mean'\]"):  # set by the data config, not here
         ClassificationDataModule("folder", str(tmp_path), train_augment_args={"mean": (0.5,)})
+
+
+def test_evaluation_data_of_none_is_the_whole_split_not_the_pruning_subset(classification_tree):
+    from snapvit_pl.eval.suite import EvalData
+
+    dm = ClassificationDataModule("folder", str(classification_tree), batch_size=4, max_samples=3)
+    data = EvalData.from_datamodule(dm, None, None, batch_size=4)
+    assert len(data.train.dataset) == 12 and len(data.val.dataset) == 6
+    data = EvalData.from_datamodule(dm, 6, 3, batch_size=4)
+    assert len(data.train.dataset) == 6 and len(data.val.dataset) == 3
