@@ -66,6 +66,7 @@ METHODS = {  # name -> (scorer, search: False / "default" / "paper", uses the da
 }
 REPORTED = [("head_top1", "own-head top-1"), ("linear_top1", "linear-probe top-1"), ("knn_top1", "k-NN top-1")]
 RIVALS = ("snip_magnitude", "label_fisher")  # the baselines the goal names
+DEFAULT_METHOD = "ours_split"  # what python prune.py does (drawn bold)
 EVALUATION_SEED = 0  # data seed of the k-NN memory / probe subset (and the holdout), whatever the seeds measured
 
 
@@ -379,7 +380,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
                 ys = [100 * c[key]["mean"] for c in cells.values()]
                 errors = [100 * c[key]["std"] for c in cells.values()]
                 ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=method,
-                            linewidth=2.5 if method == "ours" else 1.2, zorder=3 if method == "ours" else 2)
+                            linewidth=2.5 if method == DEFAULT_METHOD else 1.2, zorder=3 if method == DEFAULT_METHOD else 2)
             ax.axhline(100 * dense[key], color="gray", linestyle="--", linewidth=1, label="dense")
             ax.set(title=f"{model_name}: {title}", xlabel="parameters removed (%)", ylabel="top-1 (%)")
             ax.grid(alpha=0.3)

@@ -163,7 +163,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
                ylabel="best fitness so far (lower is better)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("coefficient search: the paper's xNES settings against the default SNES (one line per seed)")
+    fig.suptitle("coefficient search: the paper's xNES against the default SNES\n(one line per seed)", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
