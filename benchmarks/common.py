@@ -21,11 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # snapvit_pl when run as a script from a checkout
 
-from snapvit_pl.cli import DEFAULT_PRUNE_CONFIG, prune_cli  # noqa: E402
+from snapvit_pl.cli.common import DEFAULT_PRUNE_CONFIG  # noqa: E402
+from snapvit_pl.cli.prune import prune_cli  # noqa: E402
 from snapvit_pl.models import BackboneSpec  # noqa: E402
-from snapvit_pl.pipeline import (  # noqa: E402
-    CorrectionSettings, EvaluationSettings, ExportSettings, ImportanceSettings, SearchSettings,
-)
+from snapvit_pl.pipeline import PipelineSettings  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 #: The development models (trained by this project, shipped in assets/): name -> checkpoint directory.
@@ -42,11 +41,16 @@ class PruneSetup:
     model: torch.nn.Module
     spec: BackboneSpec
     datamodule: Any
-    importance: ImportanceSettings
-    search: SearchSettings
-    export: ExportSettings
-    correction: CorrectionSettings
-    evaluation: EvaluationSettings
+    settings: PipelineSettings
+
+    def __getattr__(self, name: str) -> Any:
+        """``setup.search`` is ``setup.settings.search`` (likewise every stage's settings)."""
+        if name in _STAGE_SETTINGS:
+            return getattr(self.settings, name)
+        raise AttributeError(name)
+
+
+_STAGE_SETTINGS = ("importance", "search", "export", "correction", "evaluation", "report")
 
 
 def model_overrides(name: str) -> list[str]:
@@ -61,11 +65,9 @@ def prune_setup(*overrides: str, config: Path = DEFAULT_PRUNE_CONFIG) -> PruneSe
     """Parse ``config`` plus ``overrides`` exactly as ``prune.py`` does and return what it would run with."""
     with tempfile.TemporaryDirectory() as tmp:
         cli = prune_cli(["--config", str(config), "--out_dir", tmp, "--trainer.logger=false", *overrides])
-    c = cli.config_init
     cli.model.backbone.eval()
     cli.datamodule.configure_for_model(cli.model.backbone)
-    return PruneSetup(cli.model.backbone, cli.model.spec, cli.datamodule, c.importance, c.search, c.export, c.correction,
-                      c.evaluation)
+    return PruneSetup(cli.model.backbone, cli.model.spec, cli.datamodule, cli.model.pipeline.settings)
 
 
 class Progress:

@@ -52,8 +52,8 @@ from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
 from snapvit_pl.pipeline import (  # noqa: E402
     Evaluation, EvaluationSettings, SearchSettings, choose_splits, extract_models, local_importance, run_search,
+    scoring_views, split_table,
 )
-from snapvit_pl.pipeline.importance import scoring_views  # noqa: E402
 from snapvit_pl.scoring import build_scorer  # noqa: E402
 
 METHODS = {  # name -> (scorer, search: False / "default" / "paper", uses the data)
@@ -196,11 +196,9 @@ def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: boo
                 if method.endswith("_split"):  # each pair's parameter count, split by the fitness
                     method_budgets = [Budget(params=cost.params(scores.subnet(b, cost)[0])) for b in budgets]
                     images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
-                    choices = choose_splits(setup.model, images, scores, method_budgets,
-                                            candidates=setup.export.split_candidates,
-                                            pca_components=setup.search.pca_components,
-                                            batch_size=setup.search.batch_size, cost=cost)
-                    scores.splits = {c.label: c.head_ratio for c in choices}
+                    choices = choose_splits(setup.model, images, scores, method_budgets, setup.search,
+                                            replace(setup.export, split_grid=0), cost)  # the budgets only, no grid
+                    scores.splits = split_table(choices)
                     info["splits"] = [asdict(c) for c in choices]
                 items = extract_models(setup.model, scores, method_budgets, evaluation=evaluation, cost=cost)
                 entry["runs"].append({"method": method, "seed": seed, **info, "evaluation_s": time.perf_counter() - started})

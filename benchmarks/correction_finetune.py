@@ -48,7 +48,9 @@ from snapvit_pl.errors import SnapViTError, exit_with_error  # noqa: E402
 from snapvit_pl.eval.suite import EvalData  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import save_pruned  # noqa: E402
-from snapvit_pl.pipeline import Correction, Evaluation, EvaluationSettings, choose_splits, extract_models  # noqa: E402
+from snapvit_pl.pipeline import (  # noqa: E402
+    Correction, Evaluation, EvaluationSettings, choose_splits, extract_models, split_table,
+)
 
 REPORTED = (("knn_top1", "k-NN"), ("linear_top1", "linear probe"), ("head_top1", "own head"))
 STAGES = (("pruned", "(a) pruned"), ("corrected", "(b) corrected"), ("finetuned", "(c) fine-tuned"))
@@ -166,12 +168,11 @@ def run(settings: Settings, scores: Optional[str], model_name: str, out_prefix: 
         from safetensors.torch import save_file
 
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(teacher))
-        budgets = [Budget(**b) for b in settings.budgets] if settings.budgets is not None else setup.export.budget_list()
+        budgets = [Budget.parse(b) for b in settings.budgets] if settings.budgets is not None else setup.export.budgets
         if setup.export.split == "fitness":  # as prune.py's export: each cost budget's head/MLP split by the fitness
             images = dm.unlabeled_images(setup.search.num_images, setup.search.batch_size)
-            choices = choose_splits(model, images, elastic, budgets, candidates=setup.export.split_candidates,
-                                    pca_components=setup.search.pca_components, batch_size=setup.search.batch_size)
-            elastic.splits = {c.label: c.head_ratio for c in choices}
+            choices = choose_splits(model, images, elastic, budgets, setup.search, replace(setup.export, split_grid=0))
+            elastic.splits = split_table(choices)
         for one in budgets:
             label, budget = one.label(), [one]
             started = time.perf_counter()

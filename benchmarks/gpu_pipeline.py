@@ -33,7 +33,7 @@ from snapvit_pl.elastic import Budget, ElasticScores, paper_budgets  # noqa: E40
 from snapvit_pl.eval.throughput import measure_throughput  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import BackboneSpec, embed, fingerprint, input_shape, load_backbone, prune_  # noqa: E402
-from snapvit_pl.pipeline import SearchProgress, SearchSettings, extract_models, local_importance, run_search  # noqa: E402
+from snapvit_pl.pipeline import SearchSettings, extract_models, local_importance, search_snapshots  # noqa: E402
 from snapvit_pl.scoring import SSLFisher  # noqa: E402
 
 MODELS = {  # name -> timm architecture at 224 px, random weights
@@ -108,13 +108,15 @@ def run_model(name: str, spec: BackboneSpec, args: argparse.Namespace, device: t
                               pca_components=args.pca_components)
     first, last = min(args.evaluations), max(args.evaluations)
     evaluated: list[torch.Tensor] = []
-    saved: list[SearchProgress] = []
-    with stages(f"search_{first}"):
-        short = run_search(model, images, scores, replace(settings, max_evaluations=first),
-                           on_generation=lambda es, candidates, values: evaluated.extend(candidates),
-                           on_progress=lambda p: saved.append(p) if p.pending is None else None)
-    with stages(f"search_{last}"):  # continued from the first run
-        long = run_search(model, images, scores, replace(settings, max_evaluations=last), resume=saved[-1])
+
+    def collect(es, candidates, values) -> None:
+        if es.evaluations <= first:
+            evaluated.extend(candidates)
+
+    with stages(f"search_{last}"):  # one search, its result recorded at each evaluation count on the way
+        snapshots = search_snapshots(model, images, scores, settings, args.evaluations, on_generation=collect)
+    short, long = snapshots[first], snapshots[last]
+    stages.results[f"search_{first}"] = {"seconds": short.seconds}
     bare = bare_forwards(model, scores, settings, evaluated, images, device)
     search = {
         str(first): {"best_fitness": short.best_fitness, "seconds": short.seconds, "forward_s": short.forward_s},

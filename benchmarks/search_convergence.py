@@ -59,13 +59,11 @@ def rank_correlation(setup, scores, sizes: list[int], reference: int, per_spread
     g = torch.Generator().manual_seed(0)
     candidates = [mean * torch.exp(sigma * torch.randn(mean.shape, generator=g))
                   for sigma in (0.1, 0.3, 0.5, 1.0) for _ in range(per_spread)]
-    kwargs = dict(sparsity_pairs=setup.search.sparsity_pairs, pca_components=setup.search.pca_components,
-                  batch_size=setup.search.batch_size)
-    full = EmbeddingFitness(setup.model, images, scores, **kwargs)
+    full = EmbeddingFitness(setup.model, images, scores, setup.search)
     truth = [full(c) for c in candidates]
     rows = []
     for n in sizes:
-        cheap = EmbeddingFitness(setup.model, images[:n], scores, **kwargs)
+        cheap = EmbeddingFitness(setup.model, images[:n], scores, replace(setup.search, pca_components=min(n, setup.search.pca_components)))
         started = time.perf_counter()
         values = [cheap(c) for c in candidates]
         rows.append({"images": n, "spearman": spearman(values, truth), "seconds_per_evaluation": (time.perf_counter() - started) / len(candidates),

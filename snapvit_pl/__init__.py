@@ -6,7 +6,7 @@ The Python API (imported on first use, so that ``import snapvit_pl.models`` stay
     scores = snapvit_pl.fit_elastic(model, unlabeled_loader, search=snapvit_pl.SearchSettings(max_evaluations=50))
     small = scores.extract(model, flops=0.5)
 
-See :mod:`snapvit_pl.api`, and :mod:`snapvit_pl.pipeline` for the stages one by one.
+See :mod:`snapvit_pl.api`, and :class:`snapvit_pl.Pipeline` for the stages one by one.
 """
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ from typing import Any
 
 _EXPORTS = {
     "fit_elastic": "snapvit_pl.api",
-    "SearchSettings": "snapvit_pl.pipeline.search",
+    "Pipeline": "snapvit_pl.pipeline.driver",
+    "PipelineSettings": "snapvit_pl.pipeline.settings",
+    "ImportanceSettings": "snapvit_pl.pipeline.settings",
+    "ExportSettings": "snapvit_pl.pipeline.settings",
+    "SearchSettings": "snapvit_pl.search.settings",
+    "CorrectionSettings": "snapvit_pl.correction.structured",
+    "EvaluationSettings": "snapvit_pl.eval.suite",
     "ElasticScores": "snapvit_pl.elastic.scores",
     "ElasticViT": "snapvit_pl.elastic.runtime",
     "Budget": "snapvit_pl.elastic.budget",

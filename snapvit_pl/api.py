@@ -1,31 +1,31 @@
 """The Python API: elastic scores for a timm ViT and a loader of unlabeled images, in one call.
 
     import snapvit_pl
-    scores = snapvit_pl.fit_elastic(model, loader, budgets=[{"sparsity": 0.5}])
-    small = scores.extract(model, sparsity=0.5)    # a physically pruned copy (the chosen split); ``model`` is untouched
+    scores = snapvit_pl.fit_elastic(model, loader)
+    small = scores.extract(model, flops=0.5)       # a physically pruned copy; ``model`` is untouched
     scores.save("elastic_scores.safetensors")      # any budget later, also with python -m snapvit_pl.extract
 
-It runs the same stages as ``prune.py`` (:mod:`snapvit_pl.pipeline`), without Lightning.
+It runs the stages of ``prune.py`` (:class:`snapvit_pl.pipeline.Pipeline`: importance, search, splits) without
+Lightning.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
 from torch import nn
 
-from .elastic.budget import Budget
-from .elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from .elastic.scores import ElasticScores
 from .errors import ConfigError
-from .models.loading import BackboneSpec, fingerprint
+from .models.loading import BackboneSpec
 from .models.modes import eval_mode
-from .pipeline.importance import ImportanceSettings, local_importance, scoring_views
-from .pipeline.search import SearchSettings
-from .pipeline.splits import choose_splits
-from .pipeline.stages import search_stage
-from .pipeline.state import RunState
+from .pipeline.driver import Pipeline
+from .pipeline.importance import scoring_views
+from .pipeline.inputs import TensorInputs
+from .pipeline.settings import ExportSettings, ImportanceSettings, PipelineSettings
+from .progress import ProgressMode
 from .scoring import Scorer, split_batch
+from .search.settings import SearchSettings
 
 
 def fit_elastic(
@@ -33,17 +33,16 @@ def fit_elastic(
     loader: Iterable[Any],
     *,
     scorer: Optional[Scorer] = None,
+    importance: Optional[ImportanceSettings] = None,
     search: Optional[SearchSettings] = None,
+    export: Optional[ExportSettings] = None,
     fitness_images: Optional[torch.Tensor] = None,
-    min_mlp_keep: float = MIN_MLP_KEEP,
-    min_head_keep: float = MIN_HEAD_KEEP,
     spec: Optional[BackboneSpec] = None,
-    budgets: Sequence[Budget | dict[str, float]] = (),
-    split_candidates: int = 7,
     crop_seed: int = 0,
-    progress: bool = True,
+    progress: ProgressMode | bool = "auto",
 ) -> ElasticScores:
-    """Rank every head and MLP neuron of ``model`` once: local importance, then the coefficient search.
+    """Rank every head and MLP neuron of ``model`` once: local importance, the coefficient search, and the
+    head/MLP split of cost budgets (a grid of parameter and FLOPs budgets, and ``export.budgets``).
 
     Args:
         model: a supported timm ViT (dense, pretrained), on the device to compute on; it is not modified.
@@ -51,56 +50,54 @@ def fit_elastic(
             expects (multi-crop views are made from them for the self-supervised scorers), multi-crop
             views ``[B, V, C, H, W]`` (e.g. ``datamodule.unlabeled_dataloader(views="multicrop")``), or
             ``(images, labels)`` pairs for label-based scorers.
-        scorer: the local score (default :class:`snapvit_pl.scoring.SSLFisher`, label-free).
-        search: search settings (default :class:`SearchSettings`: the paper's).
+        scorer: the local score (default :class:`snapvit_pl.scoring.SSLFisher`, label-free); a shortcut for
+            ``importance=ImportanceSettings(scorer)``.
+        importance: the scorer and the keep ratios (:class:`snapvit_pl.pipeline.ImportanceSettings`).
+        search: search settings (default :class:`snapvit_pl.SearchSettings`).
+        export: how cost budgets are split (``split``, ``split_grid``, ``split_candidates``, ``mlp_multiple``) and
+            the budgets whose split must be exact (``budgets``; default: 10% ... 60% of the parameters removed).
         fitness_images: ``[N, C, H, W]`` images of the search's fitness (default: the first
             ``search.num_images`` plain images of ``loader``; required when it yields multi-crop views).
-        min_mlp_keep, min_head_keep: share of each block's neurons / heads never pruned.
         spec: how ``model`` is built, recorded so that ``python -m snapvit_pl.extract`` can rebuild it.
-        budgets: cost budgets (``{"sparsity": 0.5}``, ``Budget(flops=0.4)``, ...) whose head/MLP split is chosen
-            now by the fitness (:func:`snapvit_pl.pipeline.choose_splits`) and recorded, so that
-            ``scores.extract(model, sparsity=0.5)`` cuts the chosen split; other budgets follow the schedule.
-        split_candidates: head ratios tried per budget.
         crop_seed: seed of the multi-crop views made from plain images.
-        progress: show progress bars.
+        progress: ``auto`` (bars in a terminal, log lines elsewhere), ``bar``, ``lines`` or ``off``.
 
     Returns:
         the elastic scores: ``scores.extract(model, flops=0.5)`` cuts a model, ``scores.save(path)`` stores them.
     """
-    settings = ImportanceSettings(scorer, min_mlp_keep, min_head_keep)
-    search = search if search is not None else SearchSettings()
-    views = scoring_views(settings.scorer)
+    if scorer is not None and importance is not None:
+        raise ConfigError("give the scorer either as scorer= or inside importance=, not both")
+    importance = importance or ImportanceSettings(scorer)
+    settings = PipelineSettings(importance=importance, search=search or SearchSettings(),
+                                export=export or ExportSettings())
+    views = scoring_views(importance.scorer)
     collected: list[torch.Tensor] = []
-    batches = _scoring_batches(loader, views, collected, search.num_images if fitness_images is None else 0, crop_seed)
+    wanted = settings.search.num_images if fitness_images is None else 0
+    batches = _scoring_batches(loader, views, collected, wanted, crop_seed)
+    inputs = TensorInputs(fitness_images)
+    pipeline = Pipeline(model, settings, spec=spec, inputs=inputs, progress=progress)
     with eval_mode(model):
-        state = RunState(spec or BackboneSpec(_architecture_name(model), pretrained=False), fingerprint(model),
-                         min_mlp_keep, min_head_keep)
-        state.local = local_importance(settings.scorer, model, batches, progress=progress)
-        state.scorer = settings.scorer_record()
-        if search.max_evaluations > 0:
-            if fitness_images is None and not settings.scorer.requires_data:  # the scorer did not read the loader
+        pipeline.importance(batches)
+        if fitness_images is None and _needs_images(settings):
+            if not importance.scorer.requires_data:  # the scorer did not read the loader
                 for _ in batches:
-                    if sum(len(c) for c in collected) >= search.num_images:
+                    if sum(len(c) for c in collected) >= wanted:
                         break
-            if fitness_images is None:
-                if not collected:
-                    raise ConfigError("the loader yields multi-crop views: pass fitness_images=[N, C, H, W] plain images "
-                                      "for the search (e.g. datamodule.unlabeled_images(1000))")
-                fitness_images = torch.cat(collected)[: search.num_images]
-        search_stage(state, model, fitness_images if fitness_images is not None else torch.empty(0), search,
-                     progress=progress)
-        wanted = [b if isinstance(b, Budget) else Budget(**b) for b in budgets]
-        if wanted:
-            if fitness_images is None:
-                raise ConfigError("choosing the splits of budgets needs fitness images: give max_evaluations > 0 or "
-                                  "fitness_images")
-            state.splits = choose_splits(model, fitness_images, state.elastic_scores(), wanted,
-                                         candidates=split_candidates, pca_components=search.pca_components,
-                                         batch_size=search.batch_size)
-    scores = state.elastic_scores()
+            if not collected:
+                raise ConfigError("the search and the head/MLP split choice need plain images, and the loader yields "
+                                  "none (multi-crop views, or nothing): pass fitness_images=[N, C, H, W] (e.g. "
+                                  "datamodule.unlabeled_images(1000)), or search=SearchSettings(max_evaluations=0) "
+                                  "with export=ExportSettings(split='schedule')")
+            inputs.images = torch.cat(collected)[:wanted]
+        pipeline.search()
+        scores = pipeline.choose_splits()
     if spec is None:
         scores.base = {}  # unknown build arguments: extraction needs the model itself (scores.extract(model, ...))
     return scores
+
+
+def _needs_images(settings: PipelineSettings) -> bool:
+    return settings.search.max_evaluations > 0 or settings.export.split == "fitness"
 
 
 def _scoring_batches(loader: Iterable[Any], views: str, collected: list[torch.Tensor], wanted: int,
@@ -121,8 +118,3 @@ def _scoring_batches(loader: Iterable[Any], views: str, collected: list[torch.Te
             raise ConfigError("this scorer needs labels: the loader must yield (images, labels) batches")
         else:
             yield batch if views != "multicrop" else images
-
-
-def _architecture_name(model: nn.Module) -> str:
-    cfg = getattr(model, "pretrained_cfg", None) or {}
-    return cfg.get("architecture") or type(model).__name__

@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
-# tests/<pkg>/ helper modules (e.g. tests/models/families.py) are importable by name.
-sys.path.insert(0, str(Path(__file__).parent / "models"))
+# tests/<pkg>/ helper modules (e.g. tests/models/families.py, tests/search/ask_tell.py) are importable by name.
+for _helpers in ("models", "search"):
+    sys.path.insert(0, str(Path(__file__).parent / _helpers))
 
 
 @pytest.fixture(scope="session")

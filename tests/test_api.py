@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import snapvit_pl
 from families import FAMILIES
 from snapvit_pl.cli import prune_main
+from snapvit_pl.pipeline import ExportSettings
 from snapvit_pl.data import ClassificationDataModule, find_fashion_mnist
 from snapvit_pl.elastic import ElasticScores
 from snapvit_pl.errors import ConfigError
@@ -32,13 +33,15 @@ def test_fit_elastic_gives_the_scores_of_prune_py(tiny_prune_args, tmp_path):
     dm.configure_for_model(model)
     dm.train_views = "multicrop"
     search = snapvit_pl.SearchSettings(max_evaluations=4, num_images=32, batch_size=32, pca_components=8)
-    scores = snapvit_pl.fit_elastic(model, dm.train_dataloader(), search=search, spec=spec,
+    export = ExportSettings(budgets=[{"mlp_ratio": 0.35, "head_ratio": 0.25}, {"flops": 0.6}])
+    scores = snapvit_pl.fit_elastic(model, dm.train_dataloader(), search=search, export=export, spec=spec,
                                     fitness_images=dm.unlabeled_images(32, 32), progress=False)
     for a, b in zip(scores.head_scores + scores.neuron_scores, cli_scores.head_scores + cli_scores.neuron_scores):
         assert torch.equal(a, b)
     assert torch.equal(scores.coefficients, cli_scores.coefficients)
     assert scores.search["best_fitness"] == cli_scores.search["best_fitness"]
     assert scores.settings == cli_scores.settings and scores.fingerprint == cli_scores.fingerprint
+    assert scores.splits == cli_scores.splits and len(scores.splits) > 2  # the budget asked for and the grid
 
 
 def _plain_loader(n=24, batch_size=8, labels=False):
@@ -64,7 +67,10 @@ def test_plain_images_then_extract_at_a_budget():
 def test_data_free_and_label_scorers():
     model = load_backbone(FAMILIES["augreg_vit"])
     search = snapvit_pl.SearchSettings(max_evaluations=0)
-    scores = snapvit_pl.fit_elastic(model, [], scorer=Magnitude(), search=search, progress=False)
+    with pytest.raises(ConfigError, match="split='schedule'"):  # no images for the split choice
+        snapvit_pl.fit_elastic(model, [], scorer=Magnitude(), search=search, progress=False)
+    scores = snapvit_pl.fit_elastic(model, [], scorer=Magnitude(), search=search, export=ExportSettings(split="schedule"),
+                                    progress=False)
     assert scores.settings["scorer"]["name"] == "magnitude"
     labeled = snapvit_pl.fit_elastic(model, _plain_loader(labels=True), scorer=LabelFisher(), search=search, progress=False)
     assert labeled.settings["scorer"]["name"] == "label_fisher"
@@ -82,9 +88,10 @@ def test_multicrop_loader_needs_fitness_images():
 def test_budgets_given_to_fit_elastic_get_their_split_recorded():
     model = load_backbone(FAMILIES["augreg_vit"])
     search = snapvit_pl.SearchSettings(max_evaluations=4, popsize=4, num_images=16, batch_size=8, pca_components=8)
-    scores = snapvit_pl.fit_elastic(model, (batch[0] for batch in _plain_loader()), search=search,
-                                    budgets=[{"sparsity": 0.4}], split_candidates=3, progress=False)
-    assert set(scores.splits) == {"sparsity0.4"}
+    export = ExportSettings(budgets=[{"sparsity": 0.4}], split_candidates=3, split_grid=0)
+    scores = snapvit_pl.fit_elastic(model, (batch[0] for batch in _plain_loader()), search=search, export=export,
+                                    progress=False)
+    assert scores.splits.points["params"] == [(0.6, scores.splits.head_ratio("params", 0.6))]
     small = scores.extract(model, sparsity=0.4)
     from snapvit_pl.models import count_params
 

@@ -7,7 +7,10 @@ import torch
 from families import FAMILIES, random_subnet
 from hub_cache import snapshot
 from snapvit_pl.errors import CheckpointError
+from huggingface_hub import ModelCard
+
 from snapvit_pl.hub import main, model_card, push_to_hub
+from snapvit_pl.models.publish import base_model_info
 from snapvit_pl.models import load_backbone, load_pruned, prune_, save_pruned
 
 
@@ -17,7 +20,8 @@ def pruned(tmp_path):
     model = load_backbone(spec)
     subnet = random_subnet(model, 1)
     extra = {"budget": {"sparsity": 0.5}, "mlp_ratio": 0.6, "head_ratio": 0.45, "params": 12345, "flops": 678901,
-             "metrics": {"knn_top1": 0.81, "head_top1": 0.77}, "base_spec": spec.to_dict()}
+             "metrics": {"knn_top1": 0.81, "head_top1": 0.77}, "base_spec": spec.to_dict(),
+             "evaluated_on": {"dataset": "fashion_mnist", "split": "val"}}
     return save_pruned(prune_(model, subnet), tmp_path / "sparsity0.5", spec, subnet, extra=extra)
 
 
@@ -58,10 +62,25 @@ def test_push_sends_the_checkpoint_and_a_model_card(pruned):
     assert api.uploaded["model.safetensors"] == (pruned / "model.safetensors").read_bytes()
     card = api.uploaded["README.md"].decode()
     record = json.loads((pruned / "architecture.json").read_text())
-    assert card.startswith("---\nlibrary_name: snapvit-pl\n") and "base_model: timm/vit_tiny_patch16_224.augreg_in21k" in card
+    data = ModelCard(card).data  # huggingface_hub reads the metadata back
+    assert data.library_name == "snapvit-pl" and data.base_model == "timm/vit_tiny_patch16_224.augreg_in21k"
+    assert data.license == "apache-2.0" and data.pipeline_tag == "image-classification"  # the base model's, 10 classes
+    (knn,) = [r for r in data.eval_results if r.metric_name == "weighted k-NN top-1"]
+    assert knn.metric_value == 0.81 and knn.dataset_type == "fashion_mnist" and knn.task_type == "image-classification"
     assert "| heads | " + " | ".join(map(str, record["heads"])) + " |" in card and "| parameters | 12,345 |" in card
     assert "| knn_top1 | 0.81 |" in card and 'load_pruned("hf-hub:someone/vit-pruned")' in card
     assert model_card(record, "someone/vit-pruned") == card
+
+
+def test_a_headless_base_is_feature_extraction_and_a_custom_license_is_other():
+    base = {"base": {"model_name": "vit_small_patch16_dinov3", "model_kwargs": {}},
+            "extra": {"base_spec": {"model_name": "vit_small_patch16_dinov3.lvd1689m", "model_kwargs": {}}},
+            "heads": [6], "mlp_hidden": [1536]}
+    assert base_model_info(base) == {"name": "vit_small_patch16_dinov3.lvd1689m", "has_head": False,
+                                     "hub_id": "timm/vit_small_patch16_dinov3.lvd1689m", "license": "dinov3-license"}
+    data = ModelCard(model_card(base, "org/dinov3-pruned")).data
+    assert data.pipeline_tag == "image-feature-extraction" and data.license == "other"
+    assert data.license_name == "dinov3-license" and not data.eval_results
 
 
 def test_card_command_and_bad_repository_names(pruned, capsys):

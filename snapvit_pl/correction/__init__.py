@@ -1,6 +1,6 @@
 """Post-pruning weight correction (SparseGPT-style OBS update on removed input columns)."""
 
 from .sparsegpt import ColumnCorrector
-from .structured import correct_and_prune, embed_tokens
+from .structured import CorrectionSettings, correct_and_prune
 
-__all__ = ["ColumnCorrector", "correct_and_prune", "embed_tokens"]
+__all__ = ["ColumnCorrector", "CorrectionSettings", "correct_and_prune"]

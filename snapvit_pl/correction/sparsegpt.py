@@ -19,6 +19,10 @@ import torch
 from torch import nn
 
 Damping = Literal["mean", "max", "p95"]
+#: The correction's defaults (sparsegpt's): columns per block of the OBS loop, and the damping added to diag(H).
+BLOCK_SIZE = 128
+DAMPING: Damping = "mean"
+DAMP_FRACTION = 0.01
 
 
 class ColumnCorrector:
@@ -62,9 +66,9 @@ class ColumnCorrector:
     def correct(
         self,
         keep_columns: torch.Tensor | Sequence[int],
-        block_size: int = 128,
-        damping: Damping = "mean",
-        damp_fraction: float = 0.01,
+        block_size: int = BLOCK_SIZE,
+        damping: Damping = DAMPING,
+        damp_fraction: float = DAMP_FRACTION,
         removed_first: bool = True,
         max_retries: int = 3,
     ) -> torch.Tensor:

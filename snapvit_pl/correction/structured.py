@@ -11,42 +11,45 @@ For each block in order, the calibration hidden states entering it come from the
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from timm.models.eva import Eva
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..models.surgery import prune_
+from ..models.tokens import block_kwargs, embed_tokens
 from ..models.units import Subnet, prunable_blocks
-from .sparsegpt import ColumnCorrector, Damping
+from ..errors import ConfigError
+from ..progress import Progress, ProgressMode
+from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, ColumnCorrector, Damping
 
 # (unit group, the Linear whose input columns it owns), in the order they are corrected.
 _STAGES = (("heads", "proj"), ("neurons", "fc2"))
 
 
-def embed_tokens(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """The hidden states entering ``model.blocks[0]`` and Eva's rotary embedding (None otherwise).
+@dataclass
+class CorrectionSettings:
+    """SparseGPT-style weight correction of extracted models (off by default in a pruning run).
 
-    Reproduces the pre-block part of timm's ``forward_features`` (patch embedding, position
-    embedding, prefix/register/distillation tokens, patch dropout, ``norm_pre``).
+    Args:
+        enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units).
+        num_samples: calibration images (plain views of a seeded subset of the pruning data).
+        batch_size: images per forward pass.
+        damping, damp_fraction, block_size: see :meth:`snapvit_pl.correction.ColumnCorrector.correct`
+            (DINOv3: ``damping: max``, ``damp_fraction: 0.1``).
     """
-    x = model.patch_embed(images)
-    if isinstance(model, Eva):
-        x, rope = model._pos_embed(x)  # also applies pos_drop and patch_drop
-        return model.norm_pre(x), rope
-    x = model.patch_drop(model._pos_embed(x))
-    return model.norm_pre(x), None
 
+    enabled: bool = False
+    num_samples: int = 256
+    batch_size: int = 64
+    damping: Damping = DAMPING
+    damp_fraction: float = DAMP_FRACTION
+    block_size: int = BLOCK_SIZE
 
-def block_kwargs(model: nn.Module, rope: Optional[torch.Tensor], index: int) -> dict:
-    """Keyword arguments of ``model.blocks[index]`` (Eva's rope; per-depth in ``rope_mixed`` mode)."""
-    if not isinstance(model, Eva):
-        return {}
-    if rope is not None and getattr(model, "rope_mixed", False):
-        return {"rope": rope[index]}
-    return {"rope": rope}
+    def __post_init__(self) -> None:
+        if self.num_samples < 1 or self.batch_size < 1 or self.block_size < 1 or not self.damp_fraction >= 0:
+            raise ConfigError("correction: num_samples, batch_size and block_size must be >= 1, damp_fraction >= 0")
 
 
 @torch.no_grad()
@@ -54,11 +57,8 @@ def correct_and_prune(
     model: nn.Module,
     subnet: Subnet,
     images: torch.Tensor,
-    batch_size: int = 64,
-    damping: Damping = "mean",
-    damp_fraction: float = 0.01,
-    block_size: int = 128,
-    progress: bool = False,
+    settings: Optional[CorrectionSettings] = None,
+    progress: ProgressMode | bool = False,
 ) -> nn.Module:
     """Prune ``model`` to ``subnet`` in place, correcting ``attn.proj``/``mlp.fc2`` on calibration images.
 
@@ -68,13 +68,15 @@ def correct_and_prune(
         model: a dense supported timm ViT (pass a copy to keep the original).
         subnet: kept heads / neurons per block.
         images: calibration images ``[N, C, H, W]`` (moved to the model's device batch by batch).
-        batch_size: images per forward pass.
-        damping, damp_fraction, block_size: passed to :meth:`ColumnCorrector.correct`.
-        progress: show a progress bar over blocks.
+        settings: ``batch_size`` (images per forward pass) and ``damping``, ``damp_fraction``, ``block_size``
+            (passed to :meth:`ColumnCorrector.correct`); default :class:`CorrectionSettings`.
+        progress: show progress over blocks (a :class:`snapvit_pl.progress.Progress` mode).
 
     Returns:
         ``model``, with the architecture of ``prune_(model, subnet)``.
     """
+    settings = settings or CorrectionSettings()
+    batch_size = settings.batch_size
     subnet = subnet.validate(model)
     dense = Subnet.full(model)
     todo = [b for b in range(len(model.blocks))
@@ -87,15 +89,17 @@ def correct_and_prune(
     chunks = [embed_tokens(model, images[i:i + batch_size].to(device)) for i in range(0, len(images), batch_size)]
     cache, rope = torch.cat([x for x, _ in chunks]), chunks[0][1]
     del chunks
-    options = dict(block_size=block_size, damping=damping, damp_fraction=damp_fraction)
-    for b in tqdm(range(todo[-1] + 1), desc="correction", disable=not progress):
-        kwargs = block_kwargs(model, rope, b)
-        for group_name, layer_name in _STAGES:
-            keep = getattr(subnet, group_name)[b]
-            if len(keep) < len(getattr(dense, group_name)[b]):
-                _correct_group(model, b, group_name, layer_name, keep, cache, kwargs, batch_size, options)
-        if b < todo[-1]:
-            _run(model.blocks[b], cache, kwargs, batch_size, write=True)
+    options = dict(block_size=settings.block_size, damping=settings.damping, damp_fraction=settings.damp_fraction)
+    with Progress("correction", todo[-1] + 1, progress, unit="block") as bar:
+        for b in range(todo[-1] + 1):
+            kwargs = block_kwargs(model, rope, b)
+            for group_name, layer_name in _STAGES:
+                keep = getattr(subnet, group_name)[b]
+                if len(keep) < len(getattr(dense, group_name)[b]):
+                    _correct_group(model, b, group_name, layer_name, keep, cache, kwargs, batch_size, options)
+            if b < todo[-1]:
+                _run(model.blocks[b], cache, kwargs, batch_size, write=True)
+            bar.update()
     model.train(was_training)
     return model
 

@@ -21,6 +21,7 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
+from ..eval.throughput import REPEATS, WARMUP
 from ..io import atomic_path
 from ..models import input_shape as model_input_shape
 from ..models import eval_mode, manual_attention
@@ -104,10 +105,10 @@ def check_onnx(model: nn.Module, path: str | os.PathLike, batch_size: int = 4) -
 
 def onnx_throughput(
     path: str | os.PathLike,
-    input_shape: Sequence[int] | None = None,
-    batch_size: int = 64,
-    warmup: int = 5,
-    repeats: int = 20,
+    input_shape: Sequence[int] | None,
+    batch_size: int,
+    warmup: int = WARMUP,
+    repeats: int = REPEATS,
 ) -> float:
     """Images per second of ONNX Runtime on CPU: ``batch_size`` / median time of one batch.
 

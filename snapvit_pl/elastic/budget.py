@@ -8,9 +8,11 @@ meets the target with the smallest possible cut.
 """
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -25,6 +27,8 @@ from .ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP, check_ratio, min_kept, select_
 
 HEAD_LAG = 0.15  # head_ratio = mlp_ratio - HEAD_LAG along the schedule
 COST_KINDS = ("sparsity", "params", "flops", "latency")
+BUDGET_KEYS = ("mlp_ratio", "head_ratio", *COST_KINDS)
+_EXAMPLES = "e.g. {flops: 0.5}, {params: 2e7}, {sparsity: 0.4}, {latency: 12.5} or {mlp_ratio: 0.35, head_ratio: 0.2}"
 
 #: The paper's evaluated (mlp_ratio, head_ratio) pairs: roughly 10-60% of the backbone's parameters removed.
 PAPER_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.25, 0.1), (0.35, 0.2), (0.45, 0.3), (0.55, 0.4), (0.65, 0.5))
@@ -69,6 +73,54 @@ class Budget:
                 raise PruningSpecError(f"{key}={value} must be a positive count or a fraction in (0, 1]")
         if self.latency is not None and not (self.latency > 0 and math.isfinite(self.latency)):
             raise PruningSpecError(f"latency={self.latency} must be a positive number of milliseconds per batch")
+
+    @classmethod
+    def parse(cls, value: "Budget | Mapping[str, Any] | str") -> "Budget":
+        """A budget from a ``Budget``, a mapping of its fields (``{"flops": 0.5}``) or text (``"flops=0.5"``,
+        ``"mlp_ratio=0.35,head_ratio=0.2"``).
+
+        Raises:
+            PruningSpecError: an unknown key (the known ones named, a likely-meant one suggested), a value that is not
+                a number, or an invalid combination.
+        """
+        if isinstance(value, Budget):
+            return value
+        if isinstance(value, str):
+            items = [item.strip() for item in value.split(",") if item.strip()]
+            if not items or any("=" not in item for item in items):
+                raise PruningSpecError(f"cannot read budget {value!r}; write key=value pairs, e.g. flops=0.5 or "
+                                       "mlp_ratio=0.35,head_ratio=0.2")
+            value = dict(item.split("=", 1) for item in items)
+        if not isinstance(value, Mapping):
+            raise PruningSpecError(f"a budget is a mapping of its fields, got {value!r}; {_EXAMPLES}")
+        fields: dict[str, float] = {}
+        for key, raw in value.items():
+            key = str(key).strip()
+            if key not in BUDGET_KEYS:
+                if ":" in key and raw is None:  # YAML read {sparsity:0.3} as the key "sparsity:0.3"
+                    name, _, number = key.partition(":")
+                    raise PruningSpecError(f"budget {{{key}}} reads as one key: YAML needs a space after the colon, "
+                                           f"write {{{name}: {number}}}")
+                close = difflib.get_close_matches(key, BUDGET_KEYS, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise PruningSpecError(f"unknown budget key {key!r}{hint}; a budget takes {', '.join(BUDGET_KEYS)}: "
+                                       f"{_EXAMPLES}")
+            try:
+                fields[key] = float(raw)
+            except (TypeError, ValueError):
+                raise PruningSpecError(f"budget {key}={raw!r} is not a number; {_EXAMPLES}") from None
+        return cls(**fields)
+
+    def cost_point(self, cost: "CostModel") -> Optional[tuple[str, float]]:
+        """``(metric, kept fraction of the dense model)`` of a sparsity, params or FLOPs budget (``("params", 0.6)``
+        for ``sparsity=0.4``); None for a ratio pair or a latency budget."""
+        if self.sparsity is not None:
+            return "params", 1.0 - self.sparsity
+        for metric, dense in (("params", cost.dense_params), ("flops", cost.dense_flops)):
+            value = getattr(self, metric)
+            if value is not None:
+                return metric, value if value <= 1.0 else value / dense
+        return None
 
     def to_dict(self) -> dict[str, float]:
         """The fields that are set, e.g. ``{"flops": 0.5}`` (inverse: ``Budget(**d)``)."""
@@ -137,14 +189,6 @@ class CostModel:
             )
         )
         return int(round(dense - removed))
-
-    def max_unit_cost(self, metric: str) -> float:
-        """Cost of the most expensive single unit (the resolution a budget can be met with)."""
-        if metric == "latency":
-            return self.latency.max_unit_ms()
-        per_head, per_neuron = (self.head_params, self.neuron_params) if metric == "params" else (self.head_flops, self.neuron_flops)
-        return max(max(per_head), max(per_neuron))
-
 
 
 def _unit_params(group: UnitGroup) -> int:

@@ -31,6 +31,7 @@ from ..io import write_json_atomic
 from ..models.cost import input_shape
 from ..models.modes import eval_mode
 from ..models.surgery import architecture, prune_block_
+from ..models.tokens import block_kwargs, embed_tokens
 from ..models.units import Subnet
 
 FORMAT = "snapvit-pl/latency-table"
@@ -88,15 +89,6 @@ class LatencyTable:
         """Predicted milliseconds per batch of ``subnet``."""
         return self.overhead_ms + sum(self.shapes[s].predict(h, n) for s, h, n in
                                       zip(self.block_shape, subnet.head_counts, subnet.neuron_counts))
-
-    def max_unit_ms(self) -> float:
-        """The largest latency step of one head or one sampled MLP width (the resolution a budget is met with)."""
-        steps = [0.0]
-        for shape in self.shapes:
-            for table in (shape.heads_ms, shape.mlp_ms):
-                keys = sorted(table)
-                steps += [table[b] - table[a] for a, b in zip(keys, keys[1:])]
-        return max(steps)
 
     def matches(self, model: nn.Module, device: str | torch.device, batch_size: int, precision: str = "auto") -> bool:
         """Measured for this architecture, device, batch size and precision?"""
@@ -181,7 +173,7 @@ def mlp_widths(width: int, points: int = 8, multiple: int = 1) -> list[int]:
 @torch.inference_mode()
 def measure_latency_table(
     model: nn.Module,
-    batch_size: int = 64,
+    batch_size: int,
     device: str | torch.device | None = None,
     precision: str = "auto",
     mlp_points: int = 8,
@@ -200,8 +192,6 @@ def measure_latency_table(
         mlp_multiple: round the sampled widths to this multiple (as ``export.mlp_multiple``).
         warmup, repeats: untimed and timed forwards per measurement (the median is kept).
     """
-    from ..correction.structured import block_kwargs, embed_tokens
-
     device = resolve_device(device)
     model = model.to(device)
     images = torch.randn(batch_size, *input_shape(model), device=device)

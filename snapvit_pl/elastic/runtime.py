@@ -23,10 +23,11 @@ class ElasticViT(nn.Module):
         model: the dense base model the scores were computed for.
         scores: its :class:`ElasticScores`.
         verify_fingerprint: check that ``model`` holds the weights the scores were computed on.
-        mlp_multiple: round MLP widths to this multiple when resolving budgets.
+        mlp_multiple: round MLP widths to this multiple when resolving budgets (default: the run's).
     """
 
-    def __init__(self, model: nn.Module, scores: ElasticScores, verify_fingerprint: bool = True, mlp_multiple: int = 1):
+    def __init__(self, model: nn.Module, scores: ElasticScores, verify_fingerprint: bool = True,
+                 mlp_multiple: int | None = None):
         super().__init__()
         scores.check_model(model, verify_fingerprint)
         self.model, self.scores, self.mlp_multiple = model, scores, mlp_multiple
@@ -37,7 +38,7 @@ class ElasticViT(nn.Module):
 
     def set_budget(self, budget: Budget | None = None, **kwargs: Any) -> "ElasticViT":
         """Select the sub-network for ``budget`` (or ``Budget(**kwargs)``), e.g. ``set_budget(flops=0.5)``."""
-        budget = budget if budget is not None else Budget(**kwargs)
+        budget = Budget.parse(budget if budget is not None else kwargs)
         subnet, mlp_ratio, head_ratio = self.scores.subnet(budget, self.cost, self.mlp_multiple)
         self.subnet, self.ratios = subnet, (mlp_ratio, head_ratio)
         return self
@@ -57,6 +58,6 @@ class ElasticViT(nn.Module):
     def extract(self, budget: Budget | None = None, **kwargs: Any) -> nn.Module:
         """A physically pruned copy for ``budget`` (default: the current one); the base stays intact."""
         subnet = self.subnet if budget is None and not kwargs else self.scores.subnet(
-            budget if budget is not None else Budget(**kwargs), self.cost, self.mlp_multiple
+            Budget.parse(budget if budget is not None else kwargs), self.cost, self.mlp_multiple
         )[0]
         return prune_(copy.deepcopy(self.model), subnet)

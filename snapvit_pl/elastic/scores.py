@@ -21,15 +21,17 @@ from ..errors import CheckpointError
 from ..io import atomic_path
 from ..models.loading import UNREADABLE_CHECKPOINT, fingerprint
 from ..models.surgery import prune_
+from ..errors import PruningSpecError
 from ..models.units import Subnet, prunable_blocks
 from .budget import Budget, CostModel, resolve
 from .ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
+from .splits import SplitTable
 
 if TYPE_CHECKING:
     from .latency import LatencyTable
 
 FORMAT = "snapvit-pl/elastic-scores"
-VERSION = 1
+VERSION = 2  # 2: splits by metric and kept fraction (1: by budget label)
 
 
 def initial_coefficients(num_blocks: int, heads_per_block: Sequence[int], start: float = 1.2, end: float = 0.8) -> torch.Tensor:
@@ -63,10 +65,11 @@ class ElasticScores:
         fingerprint: :func:`snapvit_pl.models.fingerprint` of the base weights.
         min_mlp_keep: fraction of each block's neurons never pruned.
         min_head_keep: fraction of each block's heads never pruned.
-        settings: method settings (scorer, search, sparsity pairs, ...), for the record.
+        settings: method settings (scorer, search, the export's ``mlp_multiple``, ...), for the record.
         search: search summary (evaluations, best fitness, ...), for the record.
-        splits: head ratio chosen for a cost budget, by budget label (e.g. ``{"sparsity0.4": 0.25}``);
-            such a budget is cut at that head ratio, any other along the default schedule.
+        splits: the head ratios chosen for parameter and FLOPs budgets (:class:`SplitTable`); a sparsity, params
+            or FLOPs budget is cut at the head ratio recorded (or interpolated) for its kept fraction, any
+            other budget along the default schedule.
     """
 
     head_scores: list[torch.Tensor]
@@ -78,7 +81,16 @@ class ElasticScores:
     min_head_keep: float = MIN_HEAD_KEEP
     settings: dict[str, Any] = field(default_factory=dict)
     search: dict[str, Any] = field(default_factory=dict)
-    splits: dict[str, float] = field(default_factory=dict)
+    splits: SplitTable = field(default_factory=SplitTable)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.splits, SplitTable):
+            self.splits = SplitTable.from_dict(self.splits)
+
+    @property
+    def mlp_multiple(self) -> int:
+        """The MLP width rounding of the run that made these scores (1 when not recorded)."""
+        return int((self.settings.get("export") or {}).get("mlp_multiple", 1))
 
     @property
     def heads_per_block(self) -> list[int]:
@@ -95,17 +107,37 @@ class ElasticScores:
             [s.float() * mlp[b].abs() for b, s in enumerate(self.neuron_scores)],
         )
 
+    def split(self, budget: Budget, cost: CostModel | None) -> float | None:
+        """The recorded (or interpolated) head ratio of a cost budget; None: the default schedule."""
+        point = budget.cost_point(cost) if cost is not None else None
+        return None if point is None else self.splits.head_ratio(*point)
+
     def subnet(
-        self, budget: Budget, cost: CostModel | None = None, mlp_multiple: int = 1, coefficients: torch.Tensor | None = None
+        self, budget: Budget, cost: CostModel | None = None, mlp_multiple: int | None = None,
+        coefficients: torch.Tensor | None = None,
     ) -> tuple[Subnet, float, float]:
-        """``(subnet, mlp_ratio, head_ratio)`` meeting ``budget`` (see :func:`.budget.resolve`); a cost budget
-        with a recorded split is cut at its head ratio."""
+        """``(subnet, mlp_ratio, head_ratio)`` meeting ``budget`` (see :func:`.budget.resolve`); a cost budget is cut
+        at the head ratio :meth:`split` gives (the schedule where that head ratio cannot meet it).
+
+        Args:
+            budget: the budget.
+            cost: the base model's :class:`CostModel` (needed by cost budgets).
+            mlp_multiple: round MLP widths to this multiple (default: the run's, :attr:`mlp_multiple`).
+            coefficients: other coefficients than the recorded ones (the search's candidates).
+        """
         heads, neurons = self.unified(coefficients)
-        return resolve(budget, heads, neurons, cost, self.min_mlp_keep, self.min_head_keep, mlp_multiple,
-                       head_ratio=self.splits.get(budget.label()))
+        multiple = self.mlp_multiple if mlp_multiple is None else mlp_multiple
+        keep = (self.min_mlp_keep, self.min_head_keep, multiple)
+        head_ratio = self.split(budget, cost)
+        if head_ratio is not None:
+            try:
+                return resolve(budget, heads, neurons, cost, *keep, head_ratio=head_ratio)
+            except PruningSpecError:
+                pass  # an interpolated head ratio that cannot meet this budget: the schedule decides
+        return resolve(budget, heads, neurons, cost, *keep)
 
     def extract(
-        self, model: nn.Module, budget: Budget | None = None, mlp_multiple: int = 1, verify_fingerprint: bool = True,
+        self, model: nn.Module, budget: Budget | None = None, mlp_multiple: int | None = None, verify_fingerprint: bool = True,
         latency: "LatencyTable | None" = None, **budget_fields: float,
     ) -> nn.Module:
         """A physically pruned copy of ``model`` (the base these scores belong to) at a budget.
@@ -115,12 +147,12 @@ class ElasticScores:
         Args:
             model: the dense base model.
             budget: a :class:`Budget`, or give its fields as keywords (``flops=0.5``, ``sparsity=0.4``, ...).
-            mlp_multiple: round MLP widths to this multiple (8/16 for hardware-friendly shapes).
+            mlp_multiple: round MLP widths to this multiple (8/16 for hardware-friendly shapes; default: the run's).
             verify_fingerprint: check that ``model`` holds the weights the scores were computed on.
             latency: the latency table of the target device, for ``latency=`` budgets
                 (:func:`snapvit_pl.elastic.latency.latency_table`).
         """
-        budget = budget if budget is not None else Budget(**budget_fields)
+        budget = Budget.parse(budget if budget is not None else budget_fields)
         self.check_model(model, verify_fingerprint)
         subnet = self.subnet(budget, CostModel(model, latency=latency), mlp_multiple)[0]
         return prune_(copy.deepcopy(model), subnet)
@@ -149,7 +181,7 @@ class ElasticScores:
         header = {
             "format": FORMAT, "version": VERSION, "base": self.base, "fingerprint": self.fingerprint,
             "num_blocks": len(self.head_scores), "min_mlp_keep": self.min_mlp_keep, "min_head_keep": self.min_head_keep,
-            "settings": self.settings, "search": self.search, "splits": self.splits,
+            "settings": self.settings, "search": self.search, "splits": self.splits.to_dict(),
         }
         with atomic_path(path, overwrite=overwrite) as tmp:
             save_file(tensors, str(tmp), metadata={"snapvit": json.dumps(header)})
@@ -174,8 +206,30 @@ class ElasticScores:
             heads, neurons = [tensors[f"heads.{b}"] for b in range(n)], [tensors[f"neurons.{b}"] for b in range(n)]
         except KeyError as err:
             raise CheckpointError(f"{path} lacks tensor {err}; the file is incomplete, re-run prune.py") from err
+        if header.get("version", 1) > VERSION:
+            raise CheckpointError(f"{path} has version {header['version']}; upgrade snapvit-pl to read it")
+        splits = header.get("splits") or {}
+        splits = SplitTable.from_dict(splits) if header.get("version", 1) >= 2 else _splits_by_label(splits)
         return cls(
             heads, neurons, tensors.get("coefficients"), header["base"], header["fingerprint"],
-            header["min_mlp_keep"], header["min_head_keep"], header.get("settings", {}), header.get("search", {}),
-            {str(k): float(v) for k, v in (header.get("splits") or {}).items()},
+            header["min_mlp_keep"], header["min_head_keep"], header.get("settings", {}), header.get("search", {}), splits,
         )
+
+
+def _splits_by_label(splits: dict[str, float]) -> SplitTable:
+    """Version 1 splits (``{"sparsity0.4": 0.25, "flops0.5": 0.1}``) as a table; labels of absolute counts are
+    dropped (their kept fraction needs the dense cost)."""
+    table = SplitTable()
+    for label, head_ratio in splits.items():
+        for metric in ("sparsity", "params", "flops"):
+            if label.startswith(metric):
+                try:
+                    value = float(label[len(metric):])
+                except ValueError:
+                    break
+                if metric == "sparsity":
+                    table.add("params", 1.0 - value, head_ratio)
+                elif value <= 1.0:
+                    table.add(metric, value, head_ratio)
+                break
+    return table

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
@@ -19,7 +19,7 @@ from .features import extract_features
 from .knn import knn_classify
 from .linear_probe import linear_probe
 from .seg_probe import seg_probe
-from .throughput import measure_throughput
+from .throughput import REPEATS, measure_throughput
 
 #: Every metric :func:`evaluate_model` knows, and those the ``evaluate`` command runs by default.
 METRICS = ("knn", "linear", "head", "seg", "throughput")
@@ -29,6 +29,44 @@ CLASSIFICATION_METRICS = ("knn", "linear", "head")
 THROUGHPUT_KEY = "throughput_images_per_s"
 #: Result keys of the accuracies (fractions in [0, 1]), in reporting order.
 ACCURACY_KEYS = ("knn_top1", "knn_top5", "linear_top1", "head_top1", "seg_miou", "seg_pixel_accuracy")
+
+
+@dataclass
+class EvaluationSettings:
+    """How a (dense or pruned) model is evaluated: which metrics, on how many images.
+
+    Args:
+        metrics: any of ``knn``, ``linear``, ``head`` (own classifier, no retraining), ``seg`` (linear probe on
+            patch tokens; ``python -m snapvit_pl.evaluate`` only), ``throughput``; empty: no evaluation.
+        train_samples: class-balanced subset of the train split used as k-NN memory / probe train set (None: all).
+        val_samples: class-balanced subset of the val split scored (None: all).
+        batch_size: feature-extraction batch size.
+        knn_k: neighbours of the weighted k-NN (DINO: 20).
+        seg_train_samples, seg_val_samples: segmentation probe train / scored images (None: all).
+        seg_epochs: segmentation probe training epochs.
+        throughput_batch_size: batch size of the throughput measurement.
+        throughput_repeats: timed forwards of the throughput measurement (their median is kept).
+    """
+
+    metrics: list[str] = field(default_factory=lambda: ["knn"])
+    train_samples: Optional[int] = 5000
+    val_samples: Optional[int] = 2000
+    batch_size: int = 256
+    knn_k: int = 20
+    seg_train_samples: Optional[int] = 500
+    seg_val_samples: Optional[int] = 200
+    seg_epochs: int = 20
+    throughput_batch_size: int = 64
+    throughput_repeats: int = REPEATS
+
+    def __post_init__(self) -> None:
+        self.metrics = parse_metrics(self.metrics) if self.metrics else []
+        if min(self.batch_size, self.knn_k, self.seg_epochs, self.throughput_batch_size, self.throughput_repeats) < 1:
+            raise ConfigError("evaluation: batch_size, knn_k, seg_epochs, throughput_batch_size and throughput_repeats "
+                              "must be >= 1")
+        for name in ("train_samples", "val_samples", "seg_train_samples", "seg_val_samples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"evaluation.{name} must be >= 1 (or null for the whole split), got {getattr(self, name)}")
 
 
 def parse_metrics(text: str | Sequence[str]) -> list[str]:
@@ -153,6 +191,7 @@ class EvalData:
         seg_num_classes: segmentation classes (ignore value excluded).
         seg_ignore_index: mask value left out of the loss and the metrics.
         num_classes: classes of the classification data (the own head is skipped when it has another number).
+        dataset: the classification data's name (``fashion_mnist``, ``folder``, ...), for the record.
     """
 
     train: Optional[Iterable] = None
@@ -162,79 +201,43 @@ class EvalData:
     seg_num_classes: int = 0
     seg_ignore_index: int = 255
     num_classes: Optional[int] = None
+    dataset: Optional[str] = None
 
     @classmethod
-    def from_datamodule(cls, datamodule: Any, train_samples: Optional[int], val_samples: Optional[int],
-                        batch_size: int) -> "EvalData":
-        """Classification data from a configured ``ClassificationDataModule``: seeded class-balanced subsets
-        of its train split (k-NN memory, probe training set) and its val split (scored); ``None``: the whole
-        split (not the DataModule's ``max_samples``, which sizes the pruning data)."""
-        def size(split: str, samples: Optional[int]) -> int:
-            return len(datamodule.base_dataset(split)) if samples is None else samples
+    def from_datamodule(cls, datamodule: Any, settings: EvaluationSettings, seg_datamodule: Any = None,
+                        cache: bool = False) -> "EvalData":
+        """The data ``settings.metrics`` need from configured DataModules: seeded class-balanced subsets of the
+        classification train split (k-NN memory, probe training set) and val split (scored), and of the
+        segmentation splits; ``None`` sizes mean the whole split (not the DataModule's ``max_samples``, which
+        sizes the pruning data). ``cache``: decode every batch once and keep it (for evaluating several models).
 
-        return cls(train=datamodule.labeled_dataloader("train", size("train", train_samples), batch_size),
-                   val=datamodule.labeled_dataloader("val", size("val", val_samples), batch_size),
-                   num_classes=getattr(datamodule, "num_classes", None))
+        Raises:
+            ConfigError: ``seg`` without segmentation data.
+        """
+        keep = list if cache else (lambda loader: loader)
+        data = cls(dataset=getattr(datamodule, "source", None))
 
+        def loader(dm: Any, split: str, samples: Optional[int]):
+            size = len(dm.base_dataset(split)) if samples is None else samples
+            return keep(dm.labeled_dataloader(split, size, settings.batch_size))
 
-def build_data(
-    model: nn.Module,
-    metrics: Sequence[str],
-    source: str = "fashion_mnist",
-    root: str = "data",
-    train_samples: Optional[int] = 5000,
-    val_samples: Optional[int] = 2000,
-    batch_size: int = 256,
-    seg_source: str = "fashion_mnist",
-    seg_root: Optional[str] = None,
-    seg_train_samples: Optional[int] = 500,
-    seg_val_samples: Optional[int] = 200,
-    seed: int = 0,
-    num_workers: int = 0,
-    cache: bool = False,
-) -> EvalData:
-    """Seeded, class-balanced evaluation subsets in the model's input format (only those ``metrics`` need).
-
-    Args:
-        model: any model of the family evaluated (sets input size, channels, mean/std).
-        metrics: subset of :data:`METRICS`.
-        source, root: the ``ClassificationDataModule`` source and root.
-        train_samples, val_samples: classification subset sizes (None: the whole split).
-        batch_size: images per forward.
-        seg_source, seg_root: the ``SegmentationDataModule`` source and root (default ``root``).
-        seg_train_samples, seg_val_samples: segmentation subset sizes (None: the whole split).
-        seed: subset seed.
-        num_workers: DataLoader workers.
-        cache: decode every batch once and keep it in memory (for evaluating several models).
-    """
-    from ..data import ClassificationDataModule, SegmentationDataModule
-
-    keep = list if cache else (lambda loader: loader)
-    data = EvalData()
-    if set(CLASSIFICATION_METRICS) & set(metrics):
-        dm = ClassificationDataModule(source=source, root=root, seed=seed, batch_size=batch_size, num_workers=num_workers)
-        dm.configure_for_model(model)
-        data.train = keep(dm.labeled_dataloader("train", train_samples, batch_size))
-        data.val = keep(dm.labeled_dataloader("val", val_samples, batch_size))
-        data.num_classes = dm.num_classes
-    if "seg" in metrics:
-        seg = SegmentationDataModule(source=seg_source, root=seg_root or root, seed=seed, batch_size=batch_size,
-                                     num_workers=num_workers)
-        seg.configure_for_model(model)
-        data.seg_train = keep(seg.labeled_dataloader("train", seg_train_samples, batch_size))
-        data.seg_val = keep(seg.labeled_dataloader("val", seg_val_samples, batch_size))
-        data.seg_num_classes, data.seg_ignore_index = seg.num_classes, seg.ignore_index
-    return data
+        if set(CLASSIFICATION_METRICS) & set(settings.metrics):
+            data.train = loader(datamodule, "train", settings.train_samples)
+            data.val = loader(datamodule, "val", settings.val_samples)
+            data.num_classes = getattr(datamodule, "num_classes", None)
+        if "seg" in settings.metrics:
+            if seg_datamodule is None:
+                raise ConfigError("evaluation.metrics 'seg' needs segmentation data (seg_data: a SegmentationDataModule)")
+            data.seg_train = loader(seg_datamodule, "train", settings.seg_train_samples)
+            data.seg_val = loader(seg_datamodule, "val", settings.seg_val_samples)
+            data.seg_num_classes, data.seg_ignore_index = seg_datamodule.num_classes, seg_datamodule.ignore_index
+        return data
 
 
 def evaluate_model(
     model: nn.Module,
     data: EvalData,
-    metrics: Sequence[str] = DEFAULT_METRICS,
-    knn_k: int = 20,
-    seg_epochs: int = 20,
-    throughput_batch: int = 64,
-    throughput_repeats: int = 20,
+    settings: Optional[EvaluationSettings] = None,
     device: str | torch.device | None = None,
     log: Optional[Callable[[str], None]] = None,
     count_cost: bool = True,
@@ -243,11 +246,8 @@ def evaluate_model(
 
     Args:
         model: a timm ViT (dense or pruned).
-        data: the labeled batches (see :class:`EvalData` and :func:`build_data`).
-        metrics: subset of :data:`METRICS`.
-        knn_k: neighbours of the weighted k-NN.
-        seg_epochs: training epochs of the segmentation probe.
-        throughput_batch, throughput_repeats: batch size and timed forwards of the throughput measurement.
+        data: the labeled batches (see :class:`EvalData`).
+        settings: the metrics and their parameters (default :class:`EvaluationSettings`).
         device: where to run (default: CUDA if available).
         log: receives one line per finished part.
         count_cost: include ``params`` and ``flops`` (one image).
@@ -257,7 +257,8 @@ def evaluate_model(
         ``head_top1``, ``seg_miou``, ``seg_pixel_accuracy``, ``throughput_images_per_s`` (fractions,
         images/s), ``skipped`` (metric -> reason) and ``timings_s`` (stage -> seconds).
     """
-    metrics = parse_metrics(metrics)
+    settings = settings or EvaluationSettings()
+    metrics = settings.metrics
     device = resolve_device(device)
     log = log or (lambda message: None)
     model.eval()
@@ -274,20 +275,22 @@ def evaluate_model(
         skipped["head"] = f"the head has {model_classes} classes but the data set {data.num_classes}"
     if classification:
         started = time.perf_counter()
-        result.update(evaluate_classification(model, data.train, data.val, classification, knn_k=knn_k, device=device))
+        result.update(evaluate_classification(model, data.train, data.val, classification, knn_k=settings.knn_k,
+                                              device=device))
         timings["classification"] = time.perf_counter() - started
         log(f"{'+'.join(classification)}: {timings['classification']:.1f}s")
     if "seg" in metrics:
         started = time.perf_counter()
         result.update(evaluate_segmentation(model, data.seg_train, data.seg_val, data.seg_num_classes,
-                                            data.seg_ignore_index, seg_epochs, device))
+                                            data.seg_ignore_index, settings.seg_epochs, device))
         timings["seg"] = time.perf_counter() - started
         log(f"seg: {timings['seg']:.1f}s")
     if "throughput" in metrics:
         started = time.perf_counter()
-        measured = measure_throughput(model, input_shape(model), throughput_batch, warmup=max(1, throughput_repeats // 4),
-                                      repeats=throughput_repeats, device=device)
-        result.update({THROUGHPUT_KEY: measured.images_per_second, "throughput_batch_size": throughput_batch,
+        batch, repeats = settings.throughput_batch_size, settings.throughput_repeats
+        measured = measure_throughput(model, input_shape(model), batch, warmup=max(1, repeats // 4), repeats=repeats,
+                                      device=device)
+        result.update({THROUGHPUT_KEY: measured.images_per_second, "throughput_batch_size": batch,
                        "throughput_device": measured.device})
         if measured.peak_memory_bytes is not None:
             result["peak_memory_mb"] = measured.peak_memory_bytes / 2**20

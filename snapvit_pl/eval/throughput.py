@@ -32,13 +32,17 @@ class ThroughputResult:
     device: str
 
 
+#: Untimed and timed forwards of a throughput measurement (the median of the timed ones is kept).
+WARMUP, REPEATS = 5, 20
+
+
 @torch.inference_mode()
 def measure_throughput(
     model: nn.Module,
-    input_shape: Sequence[int] = (3, 224, 224),
-    batch_size: int = 64,
-    warmup: int = 5,
-    repeats: int = 20,
+    input_shape: Sequence[int],
+    batch_size: int,
+    warmup: int = WARMUP,
+    repeats: int = REPEATS,
     device: Union[str, torch.device, None] = None,
     precision: str = "auto",
 ) -> ThroughputResult:

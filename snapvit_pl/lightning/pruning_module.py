@@ -1,35 +1,38 @@
-"""``PruningModule``: the pretrained ViT being pruned, its frozen dense teacher and the run's typed state.
+"""``PruningModule``: the pretrained ViT being pruned and the pipeline that prunes it.
 
-The module itself trains nothing. ``trainer.fit`` makes one pass over the pruning data and the
-callbacks in ``snapvit_pl.callbacks`` run the pipeline stages (:mod:`snapvit_pl.pipeline`) at fixed
-points of that loop, so their order never depends on how they are listed:
+The module itself trains nothing. ``trainer.fit`` makes one pass over the pruning data; the
+callbacks in ``snapvit_pl.callbacks`` (one per stage, installed in the order of
+:data:`snapvit_pl.pipeline.STAGES`) each call one method of the module's :class:`~snapvit_pl.pipeline.Pipeline`,
+which refuses a stage before the ones it follows:
 
 ========================  =====================================================
 hook                      stage
 ========================  =====================================================
 train batch / epoch end   importance (``ImportanceCallback``)
-``on_train_end``          coefficient search (``SearchCallback``)
-``on_fit_end``            export: scores file, then per budget cut -> correct ->
-                          evaluate -> save (``ExportCallback``)
+``on_train_end``          coefficient search (``SearchCallback``), then the
+                          head/MLP splits and the scores file (``SplitsCallback``)
+``on_fit_end``            export: per budget cut -> correct -> evaluate -> save
+                          (``ExportCallback``)
 ``teardown("fit")``       ``report.json`` / ``report.md`` (``ReportCallback``)
 ========================  =====================================================
 """
 from __future__ import annotations
 
-import copy
+from pathlib import Path
 from typing import Any, Optional
 
 import pytorch_lightning as pl
 import torch
-from torch import nn
 
-from ..errors import CheckpointError
-from ..models.loading import BackboneSpec, fingerprint, load_backbone
-from ..pipeline.state import RunState
+from ..models.loading import BackboneSpec, load_backbone
+from ..pipeline.driver import Pipeline
+from ..pipeline.settings import PipelineSettings
+from ..progress import ProgressMode
+from .context import bind_trainer
 
 
 class PruningModule(pl.LightningModule):
-    """A pretrained timm ViT to prune, with a frozen copy of its dense self as teacher.
+    """A pretrained timm ViT to prune (its weights are never changed).
 
     Args:
         model_name: timm model name with pretrained tag, e.g. ``vit_base_patch16_224.dino``.
@@ -51,22 +54,25 @@ class PruningModule(pl.LightningModule):
         self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
         self.backbone = load_backbone(self.spec)
         self.backbone.requires_grad_(False)
-        # Not a registered submodule: it is not trained, not checkpointed, and not moved by DDP wrapping.
-        self._teacher: Optional[nn.Module] = None
-        self.state = RunState(self.spec, fingerprint(self.backbone))
+        self.pipeline: Optional[Pipeline] = None
 
-    @property
-    def teacher(self) -> nn.Module:
-        """Frozen dense copy of the backbone (created on first use, on the backbone's device)."""
-        if self._teacher is None:
-            self._teacher = copy.deepcopy(self.backbone).eval().requires_grad_(False)
-        return self._teacher
+    def configure_pipeline(self, settings: Optional[PipelineSettings] = None, run_dir: Optional[str | Path] = None,
+                           progress: ProgressMode | bool = "auto") -> Pipeline:
+        """The pipeline the stage callbacks drive (over this module's backbone); returns it."""
+        self.pipeline = Pipeline(self.backbone, settings, spec=self.spec, run_dir=run_dir, progress=progress)
+        return self.pipeline
+
+    def setup(self, stage: str) -> None:
+        if self.pipeline is None:
+            self.configure_pipeline()
+        bind_trainer(self.pipeline, self.trainer)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.backbone(images)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> Optional[int]:
-        return -1 if self.state.local is not None else None  # resumed with its scores: -1 ends the epoch at once
+        # resumed with complete scores: -1 ends the epoch at once
+        return -1 if self.pipeline is not None and self.pipeline.completed("importance") else None
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         """No-op: each batch is consumed by ``ImportanceCallback.on_train_batch_end``."""
@@ -74,11 +80,3 @@ class PruningModule(pl.LightningModule):
 
     def configure_optimizers(self):
         return None
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["state_dict"] = {}  # the backbone is never modified: resume rebuilds it from its spec
-        checkpoint["base_fingerprint"] = self.state.fingerprint
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if checkpoint.get("base_fingerprint") not in (None, self.state.fingerprint):
-            raise CheckpointError("the resume checkpoint was written for other base weights; resume with the same model")

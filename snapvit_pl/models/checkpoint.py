@@ -22,14 +22,14 @@ from torch import nn
 
 from ..errors import CheckpointError, SnapViTError
 from ..io import atomic_path
+from .hub import CHECKPOINT_FILES, download_pruned
 from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, load_backbone
 from .surgery import architecture, prune_
 from .units import Subnet
 
 FORMAT = "snapvit-pl/pruned-vit"
 VERSION = 1
-WEIGHTS = "model.safetensors"
-RECORD = "architecture.json"
+WEIGHTS, RECORD = CHECKPOINT_FILES
 
 
 def _sha256(path: Path) -> str:
@@ -117,8 +117,6 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
             or weights that do not match the record.
     """
     if isinstance(path, str) and path.startswith(HUB_PREFIX):
-        from ..hub import download_pruned
-
         path = download_pruned(path)
     path = Path(path)
     record = read_record(path)

@@ -1,37 +1,40 @@
 """The SnapViT method as plain-torch stages over a typed run state (no Lightning Trainer inside).
 
-================  =============================  ===================================================
-stage             settings                       functions
-================  =============================  ===================================================
-importance        :class:`ImportanceSettings`    :func:`local_importance` (or start /
-                                                 ``scorer.update`` / finish)
-search            :class:`SearchSettings`        :func:`run_search`
-export            :class:`ExportSettings`,       :func:`choose_splits`, then :func:`extract_models`
-                  :class:`CorrectionSettings`,   (cut -> correct -> evaluate -> save)
+================  =====================================  ==============================================
+stage             settings (``prune.py`` YAML group)     what runs it
+================  =====================================  ==============================================
+importance        :class:`ImportanceSettings`            :meth:`Pipeline.importance` (or ``start_importance``
+                  (``importance``)                       / ``importance_step`` / ``finish_importance``)
+search            :class:`SearchSettings` (``search``)   :meth:`Pipeline.search` (:func:`run_search`)
+splits            :class:`ExportSettings` (``export``)   :meth:`Pipeline.choose_splits` (:func:`choose_splits`)
+export            ``export``, :class:`CorrectionSettings`  :meth:`Pipeline.export` (:func:`extract_models`:
+                  (``correction``),                      cut -> correct -> evaluate -> save)
                   :class:`EvaluationSettings`
-report            :class:`ReportSettings`        :func:`write_report`
-================  =============================  ===================================================
+                  (``evaluation``)
+report            :class:`ReportSettings` (``report``)   :meth:`Pipeline.report` (:func:`write_report`)
+================  =====================================  ==============================================
 
-:class:`RunState` carries what each stage hands to the next; :mod:`.stages` applies the stages to
-it (what ``prune.py``'s callbacks call), and :func:`snapvit_pl.fit_elastic` strings them together
-for Python users.
+:class:`Pipeline` (:mod:`.driver`) is the one driver: it runs the stages in this order over one
+:class:`RunState`. :func:`snapvit_pl.fit_elastic`, ``prune.py``'s callbacks and ``python -m
+snapvit_pl.extract`` are its callers.
 """
-from .extraction import (
-    Correction, CorrectionSettings, Evaluation, EvaluationSettings, ExportSettings, check_budgets, extract_models,
-)
-from .importance import (
-    ImportanceSettings, finish_importance, local_importance, prepare_pruning_data, scoring_views, start_importance,
-)
-from .report import ReportSettings, build_report, write_report
-from .search import SearchProgress, SearchSettings, run_search, search_snapshots
-from .splits import SplitChoice, choose_splits
-from .stages import export_stage, finish_importance_stage, record_importance, search_stage
-from .state import DenseModel, ExtractedModel, RunState, SearchResult, Timings
+from ..correction import CorrectionSettings
+from ..eval.suite import EvaluationSettings
+from ..search import SearchProgress, SearchResult, SearchSettings, run_search, search_snapshots
+from .driver import STAGES, Distributed, Pipeline, RunEvents
+from .extraction import Correction, Evaluation, check_budgets, extract_models
+from .importance import local_importance, prepare_pruning_data, scoring_views
+from .inputs import DataModuleInputs, StageInputs, TensorInputs
+from .report import build_report, write_report
+from .settings import ExportSettings, ImportanceSettings, PipelineSettings, ReportSettings
+from .splits import SplitChoice, choose_splits, split_table
+from .state import DenseModel, ExtractedModel, RunState, Timings
 
 __all__ = [
-    "Correction", "CorrectionSettings", "DenseModel", "Evaluation", "EvaluationSettings", "ExportSettings",
-    "ExtractedModel", "ImportanceSettings", "ReportSettings", "RunState", "SearchProgress", "SearchResult",
-    "SearchSettings", "SplitChoice", "Timings", "build_report", "check_budgets", "choose_splits", "export_stage", "extract_models", "finish_importance",
-    "finish_importance_stage", "local_importance", "prepare_pruning_data", "record_importance", "run_search", "scoring_views", "search_snapshots", "search_stage",
-    "start_importance", "write_report",
+    "STAGES", "Correction", "CorrectionSettings", "DataModuleInputs", "DenseModel", "Distributed", "Evaluation",
+    "EvaluationSettings", "ExportSettings", "ExtractedModel", "ImportanceSettings", "Pipeline", "PipelineSettings",
+    "ReportSettings", "RunEvents", "RunState", "SearchProgress", "SearchResult", "SearchSettings", "SplitChoice",
+    "StageInputs", "TensorInputs", "Timings", "build_report", "check_budgets", "choose_splits", "extract_models",
+    "local_importance", "prepare_pruning_data", "run_search", "scoring_views", "search_snapshots", "split_table",
+    "write_report",
 ]

@@ -9,121 +9,25 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch import nn
 
-from ..correction import correct_and_prune
-from ..correction.sparsegpt import Damping
-from ..elastic.budget import Budget, CostModel, default_budgets
+from ..correction import CorrectionSettings, correct_and_prune
+from ..elastic.budget import Budget, CostModel
 from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
-from ..eval.suite import EvalData, evaluate_model, parse_metrics
+from ..eval.suite import EvalData, EvaluationSettings, evaluate_model
 from ..eval.throughput import measure_throughput
 from ..models.checkpoint import save_pruned
 from ..models.cost import input_shape
 from ..models.loading import BackboneSpec
 from ..models.surgery import prune_
 from ..models.units import prunable_blocks
+from .settings import ImportanceSettings
 from .state import ExtractedModel, Timings
-
-
-@dataclass
-class ExportSettings:
-    """Which pruned models a run writes.
-
-    Args:
-        budgets: budgets as dicts of :class:`snapvit_pl.elastic.Budget` fields, e.g.
-            ``{"mlp_ratio": 0.35, "head_ratio": 0.2}``, ``{"sparsity": 0.4}``, ``{"flops": 0.5}``,
-            ``{"params": 20e6}``, ``{"latency": 12.5}``; default: 10%, 20%, ... 60% of the parameters removed
-            (``{"sparsity": 0.1}`` ...), each split by ``split``.
-        mlp_multiple: round MLP widths to this multiple (8 or 16 suit most hardware).
-        split: how a sparsity / params / FLOPs budget is divided between heads and MLP neurons:
-            ``fitness`` tries ``split_candidates`` head ratios around the schedule's and keeps the one
-            whose sub-network drifts least from the dense embeddings (recorded in the elastic scores);
-            ``schedule`` always uses ``head_ratio = mlp_ratio - 0.15``. Ratio pairs fix their own split.
-        split_candidates: head ratios tried per budget with ``split: fitness``.
-        latency_batch_size: batch size of the latency table (for ``{"latency": ms}`` budgets).
-        latency_device: device of the latency table (default: the run's device). The table is measured
-            once and cached in the run directory (``latency_table.json``).
-        save_models: write the pruned checkpoints (else only the scores and the report).
-        scores_file: file name of the elastic artifact in the run directory.
-    """
-
-    budgets: Optional[list[dict[str, float]]] = None
-    mlp_multiple: int = 1
-    split: Literal["fitness", "schedule"] = "fitness"
-    split_candidates: int = 7
-    latency_batch_size: int = 64
-    latency_device: Optional[str] = None
-    save_models: bool = True
-    scores_file: str = "elastic_scores.safetensors"
-
-    def __post_init__(self) -> None:
-        if self.mlp_multiple < 1:
-            raise ConfigError(f"export.mlp_multiple must be >= 1, got {self.mlp_multiple}")
-        if self.split not in ("fitness", "schedule") or self.split_candidates < 1:
-            raise ConfigError(f"export.split must be 'fitness' or 'schedule' (got {self.split!r}) and "
-                              f"split_candidates >= 1 (got {self.split_candidates})")
-        self.budget_list()  # a malformed budget fails here, before any work
-
-    def budget_list(self) -> list[Budget]:
-        return default_budgets() if self.budgets is None else [Budget(**b) for b in self.budgets]
-
-
-@dataclass
-class CorrectionSettings:
-    """SparseGPT-style weight correction of every extracted model (off by default).
-
-    Args:
-        enabled: correct each model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units).
-        num_samples: calibration images (plain views of a seeded subset of the pruning data).
-        batch_size: images per forward pass.
-        damping, damp_fraction, block_size: see :meth:`snapvit_pl.correction.ColumnCorrector.correct`
-            (DINOv3: ``damping: max``, ``damp_fraction: 0.1``).
-    """
-
-    enabled: bool = False
-    num_samples: int = 256
-    batch_size: int = 64
-    damping: Damping = "mean"
-    damp_fraction: float = 0.01
-    block_size: int = 128
-
-    def __post_init__(self) -> None:
-        if self.num_samples < 1 or self.batch_size < 1 or self.block_size < 1 or not self.damp_fraction >= 0:
-            raise ConfigError("correction: num_samples, batch_size and block_size must be >= 1, damp_fraction >= 0")
-
-
-@dataclass
-class EvaluationSettings:
-    """Evaluation of the dense model and of every extracted model.
-
-    Args:
-        metrics: any of ``knn``, ``linear``, ``head`` (own classifier, no retraining), ``throughput``;
-            empty: no evaluation.
-        train_samples: class-balanced subset of the train split used as k-NN memory / probe train set (None: all).
-        val_samples: class-balanced subset of the val split scored (None: all).
-        batch_size: feature-extraction batch size.
-        knn_k: neighbours of the weighted k-NN (DINO: 20).
-    """
-
-    metrics: list[str] = field(default_factory=lambda: ["knn"])
-    train_samples: Optional[int] = 5000
-    val_samples: Optional[int] = 2000
-    batch_size: int = 256
-    knn_k: int = 20
-
-    def __post_init__(self) -> None:
-        self.metrics = parse_metrics(self.metrics) if self.metrics else []
-        if "seg" in self.metrics:
-            raise ConfigError("evaluation.metrics: 'seg' needs segmentation data; run python -m snapvit_pl.evaluate "
-                              "--metrics seg on the exported checkpoints")
-        if self.batch_size < 1 or self.knn_k < 1:
-            raise ConfigError("evaluation: batch_size and knn_k must be >= 1")
 
 
 class Correction:
@@ -137,8 +41,7 @@ class Correction:
         s = self.settings
         started = time.perf_counter()
         images = self.images.to(next(base.parameters()).device)
-        model = correct_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size, damping=s.damping,
-                                  damp_fraction=s.damp_fraction, block_size=s.block_size)
+        model = correct_and_prune(copy.deepcopy(base), subnet, images, s)
         return model, {"num_samples": len(images), "damping": s.damping, "damp_fraction": s.damp_fraction,
                        "seconds": round(time.perf_counter() - started, 3)}
 
@@ -151,23 +54,27 @@ class Evaluation:
         self.settings, self.data, self.device, self.log = settings, data, device, log
 
     def __call__(self, model: nn.Module) -> dict[str, Any]:
+        return evaluate_model(model, self.data, self.settings, device=self.device, log=self.log, count_cost=False)
+
+    def describe(self) -> dict[str, Any]:
+        """What the metrics were measured on (recorded with each model, e.g. for its model card)."""
         s = self.settings
-        return evaluate_model(model, self.data, s.metrics, knn_k=s.knn_k, device=self.device, log=self.log,
-                              count_cost=False)
+        return {"dataset": self.data.dataset, "split": "val", "train_samples": s.train_samples,
+                "val_samples": s.val_samples, "knn_k": s.knn_k}
 
 
-def check_budgets(model: nn.Module, budgets: Sequence[Budget], min_mlp_keep: float, min_head_keep: float,
-                  mlp_multiple: int = 1) -> None:
+def check_budgets(model: nn.Module, budgets: Sequence[Budget], importance: ImportanceSettings, mlp_multiple: int,
+                  cost: Optional[CostModel] = None) -> None:
     """Raise ``PruningSpecError`` now for a budget the keep ratios make unreachable (before the expensive stages).
 
-    Reachability depends on the architecture and the keep ratios, not on the scores, so uniform
-    placeholder scores decide it.
+    Reachability depends on the architecture and the keep ratios (``importance.min_mlp_keep``,
+    ``min_head_keep``), not on the scores, so uniform placeholder scores decide it.
     """
     blocks = prunable_blocks(model)
     placeholder = ElasticScores([torch.zeros(b.heads.num_units) for b in blocks],
                                 [torch.zeros(b.neurons.num_units) for b in blocks],
-                                min_mlp_keep=min_mlp_keep, min_head_keep=min_head_keep)
-    cost = CostModel(model)
+                                min_mlp_keep=importance.min_mlp_keep, min_head_keep=importance.min_head_keep)
+    cost = cost or CostModel(model)
     for budget in budgets:
         if budget.latency is None:  # a latency target is checked once its table is measured
             placeholder.subnet(budget, cost, mlp_multiple)
@@ -178,7 +85,7 @@ def extract_models(
     scores: ElasticScores,
     budgets: Sequence[Budget],
     *,
-    mlp_multiple: int = 1,
+    mlp_multiple: Optional[int] = None,
     correction: Optional[Correction] = None,
     evaluation: Optional[Evaluation] = None,
     save_dir: Optional[str | Path] = None,
@@ -192,11 +99,14 @@ def extract_models(
 ) -> list[ExtractedModel]:
     """Cut, post-process and save one pruned model per budget, in that order.
 
+    Every budget is resolved to its sub-network first, so a budget that cannot be met fails before any
+    model is written.
+
     Args:
         base: the dense base model the scores belong to (never modified).
         scores: its elastic scores.
         budgets: the budgets to cut.
-        mlp_multiple: round MLP widths to this multiple.
+        mlp_multiple: round MLP widths to this multiple (default: the run's, recorded in ``scores``).
         correction: weight correction applied while cutting (None: plain surgery).
         evaluation: evaluation of each model (None: not evaluated).
         save_dir: write each model to ``save_dir/<label>/`` (None: not saved).
@@ -214,10 +124,19 @@ def extract_models(
         spec = BackboneSpec.from_dict(scores.base)
     timings = timings if timings is not None else Timings()
     cost = cost or CostModel(base)
-    extracted = []
-    for budget in budgets:
+    items = []
+    for budget in budgets:  # every budget resolved before anything is cut or written
         subnet, mlp_ratio, head_ratio = scores.subnet(budget, cost, mlp_multiple)
-        item = ExtractedModel(budget.label(), budget, subnet, mlp_ratio, head_ratio, cost.params(subnet), cost.flops(subnet))
+        items.append(ExtractedModel(budget.label(), budget, subnet, mlp_ratio, head_ratio, cost.params(subnet),
+                                    cost.flops(subnet)))
+    if save_dir is not None and not overwrite:
+        existing = [item.label for item in items if (Path(save_dir) / item.label).exists()]
+        if existing:
+            raise ConfigError(f"{save_dir} already holds {', '.join(existing)}; pass --overwrite true to replace them "
+                              "or choose another output directory")
+    extracted = []
+    for item in items:
+        subnet = item.subnet
         if correction is not None:
             with timings.measure("correction"):
                 item.model, item.correction = correction(base, subnet)
@@ -229,12 +148,15 @@ def extract_models(
         if measure_latency and cost.latency is not None:
             table = cost.latency
             item.predicted_latency_ms = table.predict(subnet)
-            item.latency_ms = 1000 * measure_throughput(item.model, input_shape(item.model), table.batch_size, warmup=5,
-                                                        repeats=20, device=table.device).median_batch_seconds
+            item.latency_ms = 1000 * measure_throughput(item.model, input_shape(item.model), table.batch_size,
+                                                        device=table.device).median_batch_seconds
         if save_dir is not None:
             relative = Path(save_dir) / item.label
+            extra = {**item.record(), "base_fingerprint": scores.fingerprint, "base_spec": spec.to_dict()}
+            if evaluation is not None and hasattr(evaluation, "describe"):
+                extra["evaluated_on"] = evaluation.describe()
             save_pruned(item.model, relative, spec, subnet, overwrite=overwrite,  # base_spec: the teacher of a fine-tune
-                        extra={**item.record(), "base_fingerprint": scores.fingerprint, "base_spec": spec.to_dict()})
+                        extra=extra)
             item.checkpoint = str(relative)
         if not keep_models:
             item.model = None

@@ -1,44 +1,16 @@
 """Stage 1: local importance of every head and MLP neuron from one pass over the pruning data."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Optional
 
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
-from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from ..errors import ConfigError, DataError
-from ..scoring import LocalScores, Scorer, SSLFisher
+from ..progress import Progress, ProgressMode
+from ..scoring import LocalScores, Scorer
 
 AllReduceSum = Callable[[Tensor], Tensor]
 DataViews = Literal["multicrop", "labeled", "plain"]
-
-
-@dataclass
-class ImportanceSettings:
-    """Which local score, and how much of each block is protected from pruning.
-
-    Args:
-        scorer: any :class:`snapvit_pl.scoring.Scorer` (default ``SSLFisher()``, label-free).
-        min_mlp_keep: share of each block's MLP neurons never pruned.
-        min_head_keep: share of each block's heads never pruned.
-    """
-
-    scorer: Optional[Scorer] = None
-    min_mlp_keep: float = MIN_MLP_KEEP
-    min_head_keep: float = MIN_HEAD_KEEP
-
-    def __post_init__(self) -> None:
-        if self.scorer is None:
-            self.scorer = SSLFisher()
-        for name in ("min_mlp_keep", "min_head_keep"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"importance.{name} must lie in [0, 1], got {getattr(self, name)}")
-
-    def scorer_record(self) -> dict[str, Any]:
-        """The scorer's name and constructor arguments, for the record."""
-        return {"name": self.scorer.name, **self.scorer.config()}
 
 
 def scoring_views(scorer: Scorer) -> DataViews:
@@ -67,24 +39,13 @@ def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> N
     datamodule.train_views = scoring_views(scorer)
 
 
-def start_importance(scorer: Scorer, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
-    """Bind ``scorer`` to ``model`` (and a frozen dense ``teacher``) and reset its accumulators."""
-    scorer.setup(model, teacher)
-
-
-def finish_importance(scorer: Scorer, all_reduce_sum: Optional[AllReduceSum] = None) -> LocalScores:
-    """Sum the scorer's statistics over processes (DDP) and compute the local scores."""
-    scorer.reduce(all_reduce_sum or (lambda t: t))
-    return scorer.compute()
-
-
 def local_importance(
     scorer: Scorer,
     model: nn.Module,
     batches: Iterable[Any],
     teacher: Optional[nn.Module] = None,
     all_reduce_sum: Optional[AllReduceSum] = None,
-    progress: bool = False,
+    progress: ProgressMode | bool = False,
 ) -> LocalScores:
     """Local scores of ``model`` from one pass over ``batches`` (skipped for data-free scorers).
 
@@ -95,10 +56,13 @@ def local_importance(
             for label-based ones.
         teacher: a frozen copy of ``model`` (made by the scorer when None).
         all_reduce_sum: sums a tensor over DDP processes (each process passes its shard of the data).
-        progress: show a progress bar.
+        progress: show progress (a :class:`snapvit_pl.progress.Progress` mode).
     """
-    start_importance(scorer, model, teacher)
+    scorer.setup(model, teacher)
     if scorer.requires_data:
-        for batch in tqdm(batches, desc="importance", disable=not progress, dynamic_ncols=True):
-            scorer.update(batch)
-    return finish_importance(scorer, all_reduce_sum)
+        total = len(batches) if hasattr(batches, "__len__") else None
+        with Progress("importance", total, progress, unit="batch") as bar:
+            for batch in batches:
+                bar.update(**scorer.update(batch))
+    scorer.reduce(all_reduce_sum or (lambda t: t))
+    return scorer.compute()

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..eval.suite import THROUGHPUT_KEY
+from .tables import TABLE_METRICS, human, metric_names
 
 Figure = Any  # matplotlib.figure.Figure (matplotlib is imported lazily)
 
@@ -20,8 +21,6 @@ def _pyplot():
 
 def accuracy_figure(report: dict[str, Any], size: str) -> Optional[Figure]:
     """Every accuracy metric against ``size`` (``params`` or ``flops``) for the dense and each pruned model."""
-    from .report import TABLE_METRICS, human, metric_names
-
     metrics = [m for m in metric_names(report) if m != THROUGHPUT_KEY]
     if not metrics:
         return None

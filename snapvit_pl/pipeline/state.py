@@ -4,21 +4,16 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
-import torch
 from torch import nn
 
 from ..elastic.budget import Budget
-from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
-from ..elastic.scores import ElasticScores
 from ..models.loading import BackboneSpec
 from ..models.units import Subnet
 from ..scoring.base import LocalScores
-
-if TYPE_CHECKING:
-    from .search import SearchSettings
-    from .splits import SplitChoice
+from ..search.loop import SearchResult
+from .splits import SplitChoice
 
 
 @dataclass
@@ -27,6 +22,7 @@ class Timings:
 
     scoring_s: Optional[float] = None
     search_s: Optional[float] = None
+    splits_s: Optional[float] = None
     export_s: Optional[float] = None
     correction_s: Optional[float] = None
     evaluation_s: Optional[float] = None
@@ -49,50 +45,6 @@ class Timings:
     def to_dict(self) -> dict[str, float]:
         """The stages that ran, rounded to milliseconds."""
         return {f.name: round(getattr(self, f.name), 3) for f in fields(self) if getattr(self, f.name) is not None}
-
-
-@dataclass
-class SearchResult:
-    """What the coefficient search found.
-
-    Attributes:
-        coefficients: ``[B + total heads]`` best coefficients (the initial ones unless the search beat them).
-        evaluations: fitness evaluations made.
-        generations: optimiser generations (updates) made.
-        initial_fitness: fitness of the initial coefficients (None when the search did not run).
-        best_fitness: best fitness seen, the initial one included (None when the search did not run).
-        evaluations_per_rank: evaluations each DDP rank made in this process's part of the run.
-        forward_s: seconds inside the fitness forwards (the search's floor).
-        history: one entry per generation (``evaluations``, ``best_fitness``, ``sigma``, ...).
-        resumed_at: evaluations already made when this process resumed the search (None: not resumed).
-        stopped_by: what ended the search: ``max_evaluations`` or ``max_time``.
-        seconds: wall time of the search, over every process of the run (a resumed run included).
-    """
-
-    coefficients: torch.Tensor
-    evaluations: int = 0
-    generations: int = 0
-    initial_fitness: Optional[float] = None
-    best_fitness: Optional[float] = None
-    evaluations_per_rank: list[int] = field(default_factory=list)
-    forward_s: float = 0.0
-    history: list[dict[str, Any]] = field(default_factory=list)
-    resumed_at: Optional[int] = None
-    stopped_by: str = "max_evaluations"
-    seconds: float = 0.0
-
-    @property
-    def improved_on_initial(self) -> bool:
-        return self.initial_fitness is not None and self.best_fitness is not None and self.best_fitness < self.initial_fitness
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (no tensors) for the report and the elastic artifact."""
-        return {
-            "evaluations": self.evaluations, "generations": self.generations, "initial_fitness": self.initial_fitness,
-            "best_fitness": self.best_fitness, "improved_on_initial": self.improved_on_initial,
-            "evaluations_per_rank": self.evaluations_per_rank, "forward_s": round(self.forward_s, 3),
-            "stopped_by": self.stopped_by,
-        }
 
 
 @dataclass
@@ -156,18 +108,15 @@ class RunState:
     Args:
         spec: how the base model was built.
         fingerprint: :func:`snapvit_pl.models.fingerprint` of the base weights.
-        min_mlp_keep, min_head_keep: share of each block's neurons / heads never pruned.
     """
 
     spec: BackboneSpec
     fingerprint: str
-    min_mlp_keep: float = MIN_MLP_KEEP
-    min_head_keep: float = MIN_HEAD_KEEP
-    scorer: dict[str, Any] = field(default_factory=dict)  # {"name": ..., **constructor arguments}
+    method: dict[str, Any] = field(default_factory=dict)  # how the scores are computed (scorer, search settings)
+    completed: list[str] = field(default_factory=list)  # the stages done, in order
     local: Optional[LocalScores] = None
-    search_settings: Optional["SearchSettings"] = None
     search: Optional[SearchResult] = None
-    splits: list["SplitChoice"] = field(default_factory=list)
+    splits: list[SplitChoice] = field(default_factory=list)
     dense: Optional[DenseModel] = None
     extracted: list[ExtractedModel] = field(default_factory=list)
     scores_file: Optional[str] = None
@@ -179,20 +128,3 @@ class RunState:
     def elapsed(self) -> float:
         """Wall time of the whole run so far, over every process."""
         return self.elapsed_before + time.perf_counter() - self.started
-
-    def elastic_scores(self) -> ElasticScores:
-        """The elastic artifact so far: local scores, the search's coefficients once it ran, and the settings.
-
-        Raises:
-            RuntimeError: the importance stage has not run.
-        """
-        if self.local is None:
-            raise RuntimeError("no local scores yet: run the importance stage first")
-        settings: dict[str, Any] = {"scorer": self.scorer}
-        if self.search_settings is not None:
-            settings["search"] = self.search_settings.to_dict()
-        return ElasticScores(
-            self.local.heads, self.local.neurons, None if self.search is None else self.search.coefficients,
-            self.spec.to_dict(), self.fingerprint, self.min_mlp_keep, self.min_head_keep, settings,
-            {} if self.search is None else self.search.summary(), {c.label: c.head_ratio for c in self.splits},
-        )

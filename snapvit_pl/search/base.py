@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -118,32 +118,6 @@ class EvolutionStrategy(ABC):
             "best_fitness": self.best_fitness,
             "sigma": self.sigma,
         })
-
-    def optimize(
-        self,
-        fn: Callable[[Tensor], float],
-        max_evals: int,
-        callback: Optional[Callable[["EvolutionStrategy"], Optional[bool]]] = None,
-    ) -> tuple[Optional[Tensor], float]:
-        """Run ask/evaluate/tell until `evaluations` reaches max_evals.
-
-        Args:
-            fn: fitness of ONE candidate (tensor [D]) -> float; called once per candidate.
-            max_evals: total evaluation budget, counted from the strategy's creation (so a
-                resumed strategy continues up to the same budget). The last generation is
-                truncated to the remaining budget and still used for an update.
-            callback: called with the strategy after every generation; returning True stops.
-
-        Returns:
-            (best_x, best_fitness) over all evaluations so far.
-        """
-        while self.evaluations < max_evals:
-            samples = self.ask()[: max_evals - self.evaluations]
-            fitness = torch.tensor([float(fn(x)) for x in samples], dtype=self.dtype)
-            self.tell(samples, fitness)
-            if callback is not None and callback(self):
-                break
-        return self.best_x, self.best_fitness
 
     # -- resume ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:

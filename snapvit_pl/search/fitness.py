@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import nn
@@ -13,15 +13,13 @@ from ..elastic.scores import ElasticScores
 from ..models.embedding import embed
 from ..models.surgery import use_subnet
 from ..models.units import prunable_blocks
-
-#: (mlp_ratio, head_ratio) pairs optimised jointly (METHOD section 2).
-DEFAULT_SPARSITY_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.35, 0.2), (0.55, 0.4), (0.65, 0.5))
+from .settings import SearchSettings
 
 
 class PCAProjection:
     """PCA fitted once (torch SVD) on reference embeddings; ``__call__`` centres and projects."""
 
-    def __init__(self, reference: torch.Tensor, components: int = 192):
+    def __init__(self, reference: torch.Tensor, components: int):
         reference = reference.float()
         self.mean = reference.mean(dim=0)
         k = min(components, reference.shape[0], reference.shape[1])
@@ -43,9 +41,9 @@ class EmbeddingFitness:
         model: the dense base model (eval mode; its weights are never modified).
         images: fixed evaluation images ``[N, C, H, W]`` (moved to the model's device once).
         scores: elastic scores holding the local scores and keep ratios; candidates supply coefficients.
-        sparsity_pairs: (mlp_ratio, head_ratio) pairs averaged by the fitness.
-        pca_components: PCA dimension (METHOD: 192; clipped to the data).
-        batch_size: forward batch size (METHOD: 64).
+        settings: the search settings: ``pca_components`` (clipped to the data), ``batch_size`` and the
+            ``sparsity_pairs`` averaged by :meth:`__call__`.
+        pairs: other (mlp_ratio, head_ratio) pairs than ``settings.sparsity_pairs``.
     """
 
     def __init__(
@@ -53,20 +51,20 @@ class EmbeddingFitness:
         model: nn.Module,
         images: torch.Tensor,
         scores: ElasticScores,
-        sparsity_pairs: Sequence[Sequence[float]] = DEFAULT_SPARSITY_PAIRS,
-        pca_components: int = 192,
-        batch_size: int = 64,
+        settings: SearchSettings,
+        pairs: Optional[Sequence[Sequence[float]]] = None,
     ):
         if images.ndim != 4 or images.shape[0] == 0:
             raise ValueError(f"fitness images must be a non-empty [N, C, H, W] tensor, got shape {tuple(images.shape)}")
-        self.model, self.scores, self.batch_size = model, scores, batch_size
-        self.pairs = [Budget(mlp_ratio=float(m), head_ratio=float(h)) for m, h in sparsity_pairs]
+        self.model, self.scores, self.batch_size = model, scores, settings.batch_size
+        pairs = settings.sparsity_pairs if pairs is None else pairs
+        self.pairs = [Budget(mlp_ratio=float(m), head_ratio=float(h)) for m, h in pairs]
         self.device = next(model.parameters()).device
         self.images = images.to(self.device)
         self.blocks = prunable_blocks(model)
         self.forward_seconds = 0.0  # time inside the forward passes, to compare with the whole search
         teacher = self.embed()
-        self.pca = PCAProjection(teacher, pca_components)
+        self.pca = PCAProjection(teacher, settings.pca_components)
         self.target = torch.nn.functional.normalize(self.pca(teacher), dim=-1)
         self.forward_seconds = 0.0
 

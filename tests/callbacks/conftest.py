@@ -7,14 +7,15 @@ import torch
 from families import FAMILIES
 from snapvit_pl.callbacks import ImportanceCallback
 from snapvit_pl.lightning.pruning_module import PruningModule
-from snapvit_pl.pipeline import ImportanceSettings
+from snapvit_pl.pipeline import ImportanceSettings, PipelineSettings
 from snapvit_pl.scoring import Magnitude
 
 
 class FakeDataModule:
-    """The DataModule methods the stage callbacks call, on seeded random tensors."""
+    """The DataModule methods the pipeline calls, on seeded random tensors."""
 
     num_classes = 10
+    source = "fake"
 
     def __init__(self, n=24, batch_size=8):
         g = torch.Generator().manual_seed(0)
@@ -28,6 +29,9 @@ class FakeDataModule:
     def dataset(self, split):
         return list(range(len(self.images)))
 
+    def base_dataset(self, split):
+        return self.dataset(split)
+
     def train_batches(self):
         return list(self.views.split(self.batch_size))
 
@@ -40,23 +44,28 @@ class FakeDataModule:
 
 
 @pytest.fixture
-def module():
+def module(tmp_path):
+    """A PruningModule on a tiny random ViT; ``module.configure_pipeline(settings, run_dir)`` sets its stages up."""
     torch.manual_seed(0)
     spec = FAMILIES["augreg_vit"]
     pl_module = PruningModule(spec.model_name, False, None, spec.model_kwargs)
     pl_module.log = lambda *args, **kwargs: None  # no Lightning loop to log into
+    pl_module.configure_pipeline(PipelineSettings(), run_dir=tmp_path, progress="off")
     return pl_module
 
 
 @pytest.fixture
 def trainer(tmp_path, module):
+    """A stand-in trainer holding ``callbacks``, bound to ``module`` (as ``trainer.fit`` does at setup)."""
     def make(callbacks=()):
-        return SimpleNamespace(
-            lightning_module=module,
-            datamodule=FakeDataModule(), is_global_zero=True, world_size=1, global_rank=0, default_root_dir=str(tmp_path),
-            callbacks=list(callbacks), logger=None, progress_bar_callback=None,
+        t = SimpleNamespace(
+            lightning_module=module, datamodule=FakeDataModule(), is_global_zero=True, world_size=1, global_rank=0,
+            default_root_dir=str(tmp_path), callbacks=list(callbacks), logger=None, num_training_batches=3,
             strategy=SimpleNamespace(reduce=lambda t, reduce_op: t, root_device=torch.device("cpu")),
         )
+        module.trainer = t
+        module.setup("fit")
+        return t
     return make
 
 
@@ -64,7 +73,8 @@ def trainer(tmp_path, module):
 def scored(trainer, module):
     """A trainer holding ``callbacks`` after a (data-free, magnitude) importance stage on ``module``."""
     def make(callbacks=()):
-        importance = ImportanceCallback(ImportanceSettings(Magnitude()))
+        module.pipeline.settings.importance = ImportanceSettings(Magnitude())
+        importance = ImportanceCallback()
         t = trainer([importance, *callbacks])
         importance.setup(t, module, "fit")
         importance.on_train_start(t, module)

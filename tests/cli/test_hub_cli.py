@@ -9,8 +9,9 @@ from hub_cache import HUB_NAMES, TIMM_NAMES
 from snapvit_pl.cli import prune_main
 from snapvit_pl.data import find_fashion_mnist
 from snapvit_pl.elastic import ElasticScores
-from snapvit_pl.evaluate import main as evaluate_main
-from snapvit_pl.extract import main as extract_main
+from snapvit_pl.cli.deploy import main as deploy_main
+from snapvit_pl.cli.evaluate import main as evaluate_main
+from snapvit_pl.cli.extract import main as extract_main
 from snapvit_pl.models import load_pruned
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_fashion_mnist(None) is None, reason="dataset-fashion-mnist")]
@@ -35,17 +36,16 @@ def test_prune_extract_evaluate_deploy_from_the_hub(offline_hub, tmp_path, name,
 
     scores = run / "elastic_scores.safetensors"
     assert ElasticScores.load(scores).base["model_name"] == name
-    assert extract_main(["--scores", str(scores), "--budget", "flops=0.5", "--out", str(tmp_path / "cut")]) == 0
+    assert extract_main(["--scores", str(scores), "--export.budgets=[{flops: 0.5}]", "--out_dir", str(tmp_path / "cut")]) == 0
     model, record = load_pruned(tmp_path / "cut" / "flops0.5")
     if name.startswith("hf-hub:"):  # the record names the resolved timm architecture: no hub needed to rebuild
         assert record["base"]["model_name"] == HUB_NAMES[name][0]
 
     capsys.readouterr()
-    assert evaluate_main(["--checkpoint", str(tmp_path / "cut" / "flops0.5"), "--metrics", "knn", "--train-samples", "60",
-                          "--val-samples", "30", "--knn-k", "5"]) == 0
+    assert evaluate_main(["--checkpoint", str(tmp_path / "cut" / "flops0.5"), "--evaluation.metrics=[knn]",
+                          "--evaluation.train_samples=60", "--evaluation.val_samples=30", "--evaluation.knn_k=5"]) == 0
     assert 0 <= json.loads(capsys.readouterr().out)["knn_top1"] <= 1
     pytest.importorskip("onnx")
-    from snapvit_pl.deploy.__main__ import main as deploy_main
-
-    assert deploy_main(["--checkpoint", str(tmp_path / "cut" / "flops0.5"), "--out", str(tmp_path / "m.onnx"), "--check"]) == 0
+    assert deploy_main(["--checkpoint", str(tmp_path / "cut" / "flops0.5"), "--out", str(tmp_path / "m.onnx"),
+                        "--check", "true"]) == 0
     assert Path(tmp_path / "m.onnx").stat().st_size > 0

@@ -132,7 +132,7 @@ def test_default_config_prunes_the_shipped_reference_model(tmp_path):
     cli = prune_cli(["--config", str(ROOT / "configs" / "prune" / "demo.yaml"), "--out_dir", str(tmp_path / "run"),
                          "--trainer.logger=false"])
     reference, record = load_pruned(ROOT / "assets" / "reference_vit_fmnist")
-    assert cli.model.state.fingerprint == fingerprint(reference)
+    assert cli.model.pipeline.state.fingerprint == fingerprint(reference)
     assert record["heads"] == [6] * 6 and record["extra"]["metrics"]["val/accuracy"] > 0.85
 
 
@@ -149,5 +149,5 @@ def test_help_leads_with_the_project_and_shows_what_prune_py_runs(capsys):
     demo = yaml.safe_load((ROOT / "configs" / "prune" / "demo.yaml").read_text())["search"]
     for key in ("num_images", "max_evaluations"):
         option = text[text.index(f"--search.{key}"):]
-        option = option[:option.index("\n  --", 1)]  # this option's own help lines
+        option = " ".join(option[:option.index("\n  --", 1)].split())  # this option's own help lines, unwrapped
         assert f"default: {demo[key]})" in option and demo[key] != getattr(SearchSettings(), key)

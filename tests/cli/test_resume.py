@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from snapvit_pl.elastic import ElasticScores
-from snapvit_pl.lightning.resume import RESUME_FILE
+from snapvit_pl.pipeline.resume import RESUME_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -69,7 +69,7 @@ def _wait_for(run: Path, process: subprocess.Popen, ready, timeout: float = 300)
 
 def _in_search(state) -> bool:
     """Saved in the middle of a generation (some of its candidates evaluated, not all)."""
-    progress = state.get("SearchCallback") or {}
+    progress = state.get("search") or {}
     return bool(progress) and progress["pending"] is not None
 
 
@@ -123,7 +123,7 @@ def test_a_resume_that_would_change_the_result_is_refused(tiny_prune_args, tmp_p
 def test_sigterm_during_importance_then_resume(tiny_prune_args, tmp_path):
     run = tmp_path / "run"
     process = _start(run, _args(tiny_prune_args, tmp_path) + ["--data.init_args.max_samples=480"])
-    _wait_for(run, process, lambda state: "SearchCallback" not in state)  # the start state: importance running
+    _wait_for(run, process, lambda state: state.get("local") is None)  # the start state: importance running
     time.sleep(1.0)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)

@@ -5,8 +5,7 @@ import torch
 import torch.nn.functional as F
 from families import FAMILIES, random_subnet
 
-from snapvit_pl.correction import correct_and_prune, embed_tokens
-from snapvit_pl.correction.structured import block_kwargs
+from snapvit_pl.correction import CorrectionSettings, correct_and_prune
 from snapvit_pl.models import Subnet, architecture, load_backbone, prunable_blocks, prune_
 
 PRUNED_FAMILIES = ["dino_vit", "dinov2_reg", "eva02_fused_qkv", "deit_distilled", "dinov2_swiglu_packed", "vit_swiglu"]
@@ -29,16 +28,6 @@ def model_of(family):
     return load_backbone(FAMILIES[family]).eval()
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_embed_tokens_and_blocks_reproduce_forward_features(family):
-    model, images = model_of(family), torch.randn(3, 3, 32, 32)
-    with torch.no_grad():
-        x, rope = embed_tokens(model, images)
-        for i, block in enumerate(model.blocks):
-            x = block(x, **block_kwargs(model, rope, i))
-        torch.testing.assert_close(model.norm(x), model.forward_features(images), rtol=0, atol=0)
-
-
 @pytest.mark.parametrize("family", ["dino_vit", "eva02_fused_qkv"])
 def test_keeping_everything_is_a_bitwise_noop(family):
     model = model_of(family)
@@ -52,7 +41,7 @@ def test_keeping_everything_is_a_bitwise_noop(family):
 def test_architecture_matches_prune(family):
     model = model_of(family)
     subnet = random_subnet(model, seed=3)
-    corrected = correct_and_prune(copy.deepcopy(model), subnet, smooth_images(16, 0), batch_size=5)
+    corrected = correct_and_prune(copy.deepcopy(model), subnet, smooth_images(16, 0), CorrectionSettings(batch_size=5))
     assert architecture(corrected) == architecture(prune_(copy.deepcopy(model), subnet))
     with torch.no_grad():
         assert torch.isfinite(corrected(smooth_images(4, 1))).all()
@@ -75,7 +64,8 @@ def test_correction_reduces_feature_error_on_held_out_images(family):
 @pytest.mark.parametrize("damping", ["mean", "max", "p95"])
 def test_every_damping_gives_finite_weights(damping):
     model = model_of("dino_vit")
-    corrected = correct_and_prune(model, half_subnet(model), smooth_images(16, 0), damping=damping, block_size=16)
+    corrected = correct_and_prune(model, half_subnet(model), smooth_images(16, 0),
+                                  CorrectionSettings(damping=damping, block_size=16))
     assert all(torch.isfinite(p).all() for p in corrected.parameters())
 
 

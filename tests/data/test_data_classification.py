@@ -227,10 +227,10 @@ def test_train_augment_args_reach_timm(tmp_path, rgb32):
 
 
 def test_evaluation_data_of_none_is_the_whole_split_not_the_pruning_subset(classification_tree):
-    from snapvit_pl.eval.suite import EvalData
+    from snapvit_pl.eval import EvalData, EvaluationSettings
 
     dm = ClassificationDataModule("folder", str(classification_tree), batch_size=4, max_samples=3)
-    data = EvalData.from_datamodule(dm, None, None, batch_size=4)
-    assert len(data.train.dataset) == 12 and len(data.val.dataset) == 6
-    data = EvalData.from_datamodule(dm, 6, 3, batch_size=4)
+    data = EvalData.from_datamodule(dm, EvaluationSettings(train_samples=None, val_samples=None, batch_size=4))
+    assert len(data.train.dataset) == 12 and len(data.val.dataset) == 6 and data.dataset == "folder"
+    data = EvalData.from_datamodule(dm, EvaluationSettings(train_samples=6, val_samples=3, batch_size=4))
     assert len(data.train.dataset) == 6 and len(data.val.dataset) == 3

@@ -36,7 +36,7 @@ def test_pruned_model_of_every_family_matches_onnxruntime_at_any_batch(tmp_path,
 def test_fixed_batch_export_and_throughput(tmp_path):
     path = export_onnx(_pruned("dino_vit"), tmp_path / "model.onnx", input_shape=(3, 32, 32), dynamic_batch=False)
     assert ort.InferenceSession(str(path)).get_inputs()[0].shape == [1, 3, 32, 32]
-    assert onnx_throughput(path, batch_size=1, warmup=1, repeats=3) > 0
+    assert onnx_throughput(path, None, batch_size=1, warmup=1, repeats=3) > 0
 
 
 def test_failed_export_leaves_previous_file_untouched(tmp_path, monkeypatch):
@@ -80,7 +80,8 @@ def test_cli_exports_checks_and_benchmarks_a_pruned_checkpoint(tmp_path, capsys,
     model = _pruned("deit_distilled")
     save_pruned(model, tmp_path / "ckpt", FAMILIES["deit_distilled"])
     out = tmp_path / "deploy" / "model.onnx"
-    args = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--batch-size", "3", "--check", "--benchmark"]
+    args = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--batch_size", "3", "--check", "true",
+            "--benchmark=true"]
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert out.is_file() and lines[0].startswith(f"wrote {out}")

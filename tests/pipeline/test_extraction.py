@@ -9,7 +9,8 @@ from snapvit_pl.elastic import Budget, CostModel
 from snapvit_pl.errors import ConfigError, PruningSpecError
 from snapvit_pl.models import fingerprint, load_backbone, load_pruned, prune_
 from snapvit_pl.pipeline import (
-    Correction, CorrectionSettings, EvaluationSettings, ExportSettings, Timings, check_budgets, extract_models,
+    Correction, CorrectionSettings, EvaluationSettings, ExportSettings, ImportanceSettings, Timings, check_budgets,
+    extract_models,
 )
 
 BUDGETS = [Budget(mlp_ratio=0.35, head_ratio=0.25), Budget(flops=0.6)]
@@ -47,7 +48,7 @@ def test_models_are_cut_then_corrected_then_evaluated_then_saved(base, tmp_path)
         assert item.model is None and item.label == budget.label()
         assert item.params == cost.params(item.subnet) == item.metrics["n_params"]
         saved, record = load_pruned(item.checkpoint)
-        expected = correct_and_prune(copy.deepcopy(model), item.subnet, images, batch_size=5)
+        expected = correct_and_prune(copy.deepcopy(model), item.subnet, images, CorrectionSettings(batch_size=5))
         assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), expected.state_dict().values()))
         assert record["extra"]["metrics"]["head_top1"] == 0.5 and record["extra"]["correction"]["num_samples"] == 12
         assert record["extra"]["base_fingerprint"] == scores.fingerprint
@@ -65,17 +66,19 @@ def test_without_steps_models_are_plain_surgery(base):
 
 def test_unreachable_budget_is_refused_up_front(base):
     model, scores = base
+    keep = ImportanceSettings(min_mlp_keep=scores.min_mlp_keep, min_head_keep=scores.min_head_keep)
     with pytest.raises(PruningSpecError, match="unreachable"):
-        check_budgets(model, [Budget(params=0.01)], scores.min_mlp_keep, scores.min_head_keep)
-    check_budgets(model, BUDGETS, scores.min_mlp_keep, scores.min_head_keep)
+        check_budgets(model, [Budget(params=0.01)], keep, 1)
+    check_budgets(model, BUDGETS, keep, 1)
 
 
 def test_settings_are_checked_when_made():
-    assert [b.label() for b in ExportSettings().budget_list()] == [f"sparsity0.{i}" for i in range(1, 7)]
+    assert [b.label() for b in ExportSettings().budgets] == [f"sparsity0.{i}" for i in range(1, 7)]
+    assert ExportSettings(budgets=[{"flops": 0.5}, "params=2e7"]).budgets == [Budget(flops=0.5), Budget(params=2e7)]
     with pytest.raises(PruningSpecError):
         ExportSettings(budgets=[{"mlp_ratio": 1.5, "head_ratio": 0.1}])
+    with pytest.raises(PruningSpecError, match="did you mean 'flops'"):
+        ExportSettings(budgets=[{"flop": 0.5}])
     with pytest.raises(ConfigError, match="unknown metric"):
         EvaluationSettings(metrics=["knn", "speed"])
-    with pytest.raises(ConfigError, match="segmentation data"):
-        EvaluationSettings(metrics=["seg"])
     assert EvaluationSettings(metrics=[]).metrics == []

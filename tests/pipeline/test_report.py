@@ -8,7 +8,7 @@ from rich.console import Console
 from snapvit_pl.elastic import Budget
 from snapvit_pl.models import BackboneSpec, Subnet
 from snapvit_pl.pipeline import ExtractedModel, RunState, SearchResult, SearchSettings, build_report, write_report
-from snapvit_pl.pipeline.report import rows, summary_table
+from snapvit_pl.pipeline.tables import rows, summary_table
 from snapvit_pl.pipeline.state import DenseModel
 from snapvit_pl.scoring import LocalScores
 
@@ -18,8 +18,7 @@ METRICS = {"knn_top1": 0.9, "knn_top5": 0.99, "linear_top1": 0.89, "head_top1": 
 def _finished_state(models: int = 6) -> RunState:
     state = RunState(BackboneSpec("vit_tiny_patch16_224", False), "f" * 64)
     state.local = LocalScores([torch.ones(6)] * 6, [torch.ones(384)] * 6)
-    state.scorer = {"name": "ssl_fisher"}
-    state.search_settings = SearchSettings(max_evaluations=16)
+    state.method = {"scorer": {"name": "ssl_fisher"}, "search": SearchSettings(max_evaluations=16).to_dict()}
     history = [{"generation": g, "evaluations": 8 * g, "generation_best": 0.05 - g * 0.002, "generation_median": 0.06,
                 "best_fitness": 0.05 - g * 0.002, "sigma": 1.0} for g in (1, 2)]
     state.search = SearchResult(torch.ones(42), evaluations=16, initial_fitness=0.0554044246673584,

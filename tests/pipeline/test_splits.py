@@ -4,12 +4,16 @@ import torch
 from families import FAMILIES, random_elastic_scores
 from snapvit_pl.elastic import Budget, CostModel, ElasticScores
 from snapvit_pl.models import load_backbone
-from snapvit_pl.pipeline import ExportSettings, RunState, choose_splits, export_stage
-from snapvit_pl.pipeline.splits import split_candidates
+from snapvit_pl.pipeline import (
+    ExportSettings, ImportanceSettings, Pipeline, PipelineSettings, SearchSettings, TensorInputs, choose_splits,
+    split_table,
+)
+from snapvit_pl.pipeline.splits import split_candidates, split_points
+from snapvit_pl.scoring import Magnitude
 from snapvit_pl.search.fitness import EmbeddingFitness
-from snapvit_pl.scoring import LocalScores
 
 BUDGETS = [Budget(sparsity=0.4), Budget(flops=0.5), Budget(mlp_ratio=0.35, head_ratio=0.2)]
+SEARCH = SearchSettings(num_images=16, pca_components=8, batch_size=8)
 
 
 @pytest.fixture(scope="module")
@@ -24,34 +28,63 @@ def test_candidates_surround_the_schedule_within_the_reachable_range():
     assert split_candidates(0.05, 3, 0.1, 0.8) == [0.0, 0.05, 0.15]
 
 
+def test_points_are_the_budgets_asked_for_then_the_grid_each_once(setup):
+    model, _, _ = setup
+    points = split_points(BUDGETS + [Budget(params=0.6)], CostModel(model), 0.25)  # params=0.6 is sparsity=0.4
+    assert points == [("sparsity0.4", "params", 0.6, True), ("flops0.5", "flops", 0.5, True),
+                      ("params0.75", "params", 0.75, False), ("flops0.75", "flops", 0.75, False),
+                      ("params0.5", "params", 0.5, False), ("params0.25", "params", 0.25, False),
+                      ("flops0.25", "flops", 0.25, False)]
+
+
 def test_the_split_with_the_least_drift_wins_deterministically_and_meets_the_budget(setup):
     model, images, scores = setup
-    kwargs = dict(candidates=5, pca_components=8, batch_size=8)
-    first, again = (choose_splits(model, images, scores, BUDGETS, **kwargs) for _ in range(2))
+    export = ExportSettings(split_candidates=5, split_grid=0)
+    first, again = (choose_splits(model, images, scores, BUDGETS, SEARCH, export) for _ in range(2))
     assert [c.label for c in first] == ["sparsity0.4", "flops0.5"]  # a ratio pair fixes its own split
     assert [(c.head_ratio, c.candidates) for c in first] == [(c.head_ratio, c.candidates) for c in again]
-    fitness = EmbeddingFitness(model, images, scores, [(0.0, 0.0)], 8, 8)
+    fitness = EmbeddingFitness(model, images, scores, SEARCH, pairs=[(0.0, 0.0)])
     cost = CostModel(model)
+    recorded = ElasticScores(**{**vars(scores), "splits": split_table(first)})
     for choice, budget in zip(first, BUDGETS):
         assert choice.head_ratio == min(choice.candidates, key=lambda c: c[2])[0]
         assert any(h == pytest.approx(choice.schedule_head_ratio) for h, _, _ in choice.candidates)
-        recorded = ElasticScores(**{**vars(scores), "splits": {choice.label: choice.head_ratio}})
         subnet, _, head_ratio = recorded.subnet(budget, cost)
         assert head_ratio == pytest.approx(choice.head_ratio)
         assert fitness.distance(subnet) == pytest.approx(min(d for _, _, d in choice.candidates), abs=1e-6)
     assert cost.params(recorded.subnet(BUDGETS[0], cost)[0]) <= 0.6 * cost.dense_params
 
 
-def test_export_records_the_splits_in_the_elastic_scores(setup, tmp_path):
+def test_a_budget_between_grid_points_takes_the_interpolated_split(setup):
     model, images, scores = setup
-    state = RunState(FAMILIES["augreg_vit"], scores.fingerprint)
-    state.local = LocalScores(scores.head_scores, scores.neuron_scores)
-    settings = ExportSettings(budgets=[b.to_dict() for b in BUDGETS[:2]], split_candidates=3, save_models=False)
-    export_stage(state, model, settings, tmp_path, fitness_images=images)
-    saved = ElasticScores.load(tmp_path / settings.scores_file)
-    assert saved.splits == {c.label: c.head_ratio for c in state.splits} and len(saved.splits) == 2
-    for item in state.extracted:
-        assert item.head_ratio == pytest.approx(saved.splits[item.label])
-    schedule = ExportSettings(budgets=settings.budgets, split="schedule", save_models=False)
-    export_stage(state, model, schedule, tmp_path / "schedule", fitness_images=images)
-    assert ElasticScores.load(tmp_path / "schedule" / settings.scores_file).splits == {}
+    choices = choose_splits(model, images, scores, [], SEARCH, ExportSettings(split_candidates=5, split_grid=0.1))
+    assert choices and all(not c.requested for c in choices)
+    table = split_table(choices)
+    recorded = ElasticScores(**{**vars(scores), "splits": table})
+    cost = CostModel(model)
+    (lo, h_lo), (hi, h_hi) = table.points["flops"][-2:]  # two neighbouring grid points
+    middle = (lo + hi) / 2
+    subnet, _, head_ratio = recorded.subnet(Budget(flops=middle), cost)
+    assert head_ratio == pytest.approx((h_lo + h_hi) / 2) and cost.flops(subnet) <= middle * cost.dense_flops
+
+
+def _pipeline(model, images, tmp_path, export):
+    settings = PipelineSettings(importance=ImportanceSettings(Magnitude()), search=SearchSettings(
+        max_evaluations=0, num_images=16, pca_components=8, batch_size=8), export=export)
+    return Pipeline(model, settings, inputs=TensorInputs(images), run_dir=tmp_path, progress="off")
+
+
+def test_the_scores_file_records_the_budgets_and_the_grid(setup, tmp_path):
+    model, images, _ = setup
+    export = ExportSettings(budgets=[b.to_dict() for b in BUDGETS[:2]], split_candidates=3, split_grid=0.25,
+                            save_models=False)
+    pipeline = _pipeline(model, images, tmp_path, export)
+    pipeline.run()
+    saved = ElasticScores.load(tmp_path / export.scores_file)
+    assert len(saved.splits) == len(pipeline.state.splits) > 2  # the two budgets and the reachable grid points
+    for item in pipeline.export():
+        choice = next(c for c in pipeline.state.splits if c.label == item.label)
+        assert item.head_ratio == pytest.approx(choice.head_ratio)
+    schedule = _pipeline(model, images, tmp_path / "schedule", ExportSettings(budgets=export.budgets, split="schedule"))
+    schedule.run()
+    assert len(ElasticScores.load(tmp_path / "schedule" / export.scores_file).splits) == 0

@@ -5,6 +5,7 @@ import torch
 
 from families import FAMILIES, random_elastic_scores
 from snapvit_pl.models import embed, load_backbone, prune_
+from snapvit_pl.search import SearchSettings
 from snapvit_pl.search.fitness import EmbeddingFitness, PCAProjection
 
 
@@ -14,7 +15,7 @@ def setup():
     model = load_backbone(FAMILIES["dinov2_reg"])
     images = torch.randn(24, 3, 32, 32)
     scores = random_elastic_scores(model)
-    return model, images, scores, EmbeddingFitness(model, images, scores, pca_components=16, batch_size=10)
+    return model, images, scores, EmbeddingFitness(model, images, scores, SearchSettings(num_images=24, pca_components=16, batch_size=10))
 
 
 def test_masked_fitness_equals_fitness_of_physically_pruned_copies(setup):
@@ -35,10 +36,10 @@ def test_masked_fitness_equals_fitness_of_physically_pruned_copies(setup):
 
 def test_fitness_is_zero_without_pruning_and_grows_with_sparsity(setup):
     model, images, scores, _ = setup
-    none = EmbeddingFitness(model, images, scores, sparsity_pairs=[(0.0, 0.0)], pca_components=16)
+    none = EmbeddingFitness(model, images, scores, SearchSettings(sparsity_pairs=[(0.0, 0.0)], pca_components=16))
     assert none(scores.coefficients) == pytest.approx(0.0, abs=1e-6)
-    light = EmbeddingFitness(model, images, scores, sparsity_pairs=[(0.15, 0.0)], pca_components=16)
-    heavy = EmbeddingFitness(model, images, scores, sparsity_pairs=[(0.65, 0.5)], pca_components=16)
+    light = EmbeddingFitness(model, images, scores, SearchSettings(sparsity_pairs=[(0.15, 0.0)], pca_components=16))
+    heavy = EmbeddingFitness(model, images, scores, SearchSettings(sparsity_pairs=[(0.65, 0.5)], pca_components=16))
     assert 0 < light(scores.coefficients) < heavy(scores.coefficients)
 
 
@@ -62,4 +63,4 @@ def test_pca_projection_preserves_variance_order():
 def test_empty_images_rejected(setup):
     model, _, scores, _ = setup
     with pytest.raises(ValueError, match="non-empty"):
-        EmbeddingFitness(model, torch.empty(0, 3, 32, 32), scores)
+        EmbeddingFitness(model, torch.empty(0, 3, 32, 32), scores, SearchSettings())

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from snapvit_pl.search.xnes import XNES, default_popsize, xnes_utilities
+from ask_tell import minimize
 
 D = 10
 
@@ -32,7 +33,7 @@ def test_utilities_sum_to_zero_and_decrease():
 
 def test_converges_on_sphere():
     opt = XNES(torch.full((D,), 3.0), sigma=1.0, seed=0)
-    best_x, best_f = opt.optimize(sphere, max_evals=10_000)
+    best_x, best_f = minimize(opt, sphere, 10_000)
     assert best_f < 1e-8
     assert best_x.abs().max() < 1e-3
     assert opt.evaluations == 10_000
@@ -41,7 +42,7 @@ def test_converges_on_sphere():
 @pytest.mark.parametrize("condition", [1e3, 1e4])
 def test_converges_on_rotated_ellipsoid(condition):
     opt = XNES(torch.full((D,), 3.0), sigma=1.0, seed=0)
-    _, best_f = opt.optimize(rotated_ellipsoid(condition), max_evals=12_000)
+    _, best_f = minimize(opt, rotated_ellipsoid(condition), 12_000)
     assert best_f < 1e-8
     # the learned shape should be elongated along the cheap directions
     singular_values = torch.linalg.svdvals(opt.A)
@@ -58,7 +59,7 @@ def test_initial_covariance_sets_factor():
 
 def test_seeded_reproducibility():
     runs = [XNES(torch.ones(D), seed=seed) for seed in (7, 7, 8)]
-    results = [run.optimize(sphere, max_evals=200) for run in runs]
+    results = [minimize(run, sphere, 200) for run in runs]
     assert torch.equal(results[0][0], results[1][0]) and results[0][1] == results[1][1]
     assert not torch.equal(results[0][0], results[2][0])
     assert runs[0].history == runs[1].history
@@ -66,14 +67,14 @@ def test_seeded_reproducibility():
 
 def test_resume_is_bit_identical():
     reference = XNES(torch.ones(D), seed=3)
-    reference.optimize(sphere, max_evals=305)  # ends with a truncated generation
+    minimize(reference, sphere, 305)  # ends with a truncated generation
 
     first = XNES(torch.ones(D), seed=3)
-    first.optimize(sphere, max_evals=100)
+    minimize(first, sphere, 100)
     state = first.state_dict()
     resumed = XNES(torch.zeros(D), sigma=5.0, seed=99)  # settings are overwritten by the state
     resumed.load_state_dict(state)
-    resumed.optimize(sphere, max_evals=305)
+    minimize(resumed, sphere, 305)
 
     resumed_state = resumed.state_dict()
     for key, value in reference.state_dict().items():
@@ -88,7 +89,7 @@ def test_resume_is_bit_identical():
 def test_state_dict_is_detached_from_optimizer():
     opt = XNES(torch.ones(D), seed=0)
     state = opt.state_dict()
-    opt.optimize(sphere, max_evals=50)
+    minimize(opt, sphere, 50)
     assert torch.equal(state["mean"], torch.ones(D, dtype=torch.float64))
     assert state["evaluations"] == 0
 
@@ -103,7 +104,7 @@ def test_nonfinite_fitness_ranks_worst_and_is_counted():
             return math.nan if bad["count"] % 2 else math.inf
         return sphere(x)
 
-    best_x, best_f = opt.optimize(flaky, max_evals=3000)
+    best_x, best_f = minimize(opt, flaky, 3000)
     assert opt.nonfinite_evaluations == bad["count"] > 0
     assert math.isfinite(best_f) and best_f < 1e-3
     assert float(best_x[0]) <= 1.0
@@ -121,6 +122,6 @@ def test_all_nonfinite_generation_leaves_best_unset():
 
 def test_callback_can_stop_early():
     opt = XNES(torch.ones(D), seed=0)
-    opt.optimize(sphere, max_evals=1000, callback=lambda o: o.generation == 3)
+    minimize(opt, sphere, 1000, lambda o: o.generation == 3)
     assert opt.generation == 3 and opt.evaluations == 3 * opt.popsize
     assert [entry["generation"] for entry in opt.history] == [1, 2, 3]

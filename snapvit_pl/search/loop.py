@@ -1,113 +1,64 @@
-"""Stage 2: the search of the cross-block coefficients (one per block's MLP, one per head)."""
+"""The search loop of the cross-block coefficients (one per block's MLP, one per head): resumable, DDP-shared."""
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Literal, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..elastic.scores import ElasticScores, initial_coefficients
-from ..errors import ConfigError
-from ..search.fitness import DEFAULT_SPARSITY_PAIRS, EmbeddingFitness
-from ..search.base import EvolutionStrategy
-from ..search.population import AllGather, evaluate_population
-from ..search.snes import SNES
-from ..search.xnes import XNES
-from .state import SearchResult
-
-OPTIMIZERS = {"snes": SNES, "xnes": XNES}
+from ..progress import Progress, ProgressMode
+from .base import EvolutionStrategy
+from .fitness import EmbeddingFitness
+from .population import AllGather, evaluate_population
+from .settings import SearchSettings
 
 
 @dataclass
-class SearchSettings:
-    """How the coefficients are searched.
+class SearchResult:
+    """What the coefficient search found.
 
-    The paper's settings are ``SearchSettings.paper()``: xNES, step size 1 on the coefficients
-    themselves, the default population, 50 evaluations. The defaults here differ where the paper's
-    barely move in short budgets (see docs/method.md): a separable NES whose step sizes adapt within
-    tens of generations, searching the logarithms of the coefficients (step 0.5, i.e. factors of about
-    e^0.5), 8 candidates per generation, 150 evaluations.
-
-    Args:
-        optimizer: ``snes`` (separable NES) or ``xnes`` (the paper's full-covariance xNES).
-        max_evaluations: fitness evaluations (candidates); 0 keeps the initial coefficients.
-        max_time: wall-clock limit of the search in seconds (None: none); the search stops before
-            a generation it predicts would end past the limit.
-        popsize: candidates per generation (None: ``4 + floor(3 ln D)``, the NES papers' choice; 8 gives a
-            short search more generations).
-        sigma: initial step size (on the log coefficients with ``parametrization: log``).
-        parametrization: ``log`` searches log |coefficient| (multiplicative steps), ``linear`` the
-            coefficient itself (the paper; the unit score uses its absolute value).
-        seed: seed of the search (identical on every DDP rank).
-        num_images: images of the fitness set (plain views of the pruning data).
-        batch_size: forward batch size of the fitness.
-        pca_components: PCA dimension of the embeddings.
-        sparsity_pairs: (mlp_ratio, head_ratio) pairs averaged by the fitness.
-        initial_range: the initial coefficients go linearly from the first to the last block.
+    Attributes:
+        coefficients: ``[B + total heads]`` best coefficients (the initial ones unless the search beat them).
+        evaluations: fitness evaluations made.
+        generations: optimiser generations (updates) made.
+        initial_fitness: fitness of the initial coefficients (None when the search did not run).
+        best_fitness: best fitness seen, the initial one included (None when the search did not run).
+        evaluations_per_rank: evaluations each DDP rank made, over every process of the run.
+        forward_s: seconds inside the fitness forwards in this process (the search's floor).
+        history: one entry per generation (``evaluations``, ``best_fitness``, ``sigma``, ...).
+        resumed_at: evaluations already made when this process resumed the search (None: not resumed).
+        stopped_by: what ended the search: ``max_evaluations`` or ``max_time``.
+        seconds: wall time of the search, over every process of the run (a resumed run included).
     """
 
-    optimizer: Literal["snes", "xnes"] = "snes"
-    max_evaluations: int = 150
-    max_time: Optional[float] = None
-    popsize: Optional[int] = 8
-    sigma: float = 0.5
-    parametrization: Literal["log", "linear"] = "log"
-    seed: int = 0
-    num_images: int = 1000
-    batch_size: int = 64
-    pca_components: int = 192
-    sparsity_pairs: list[tuple[float, float]] = field(default_factory=lambda: [tuple(p) for p in DEFAULT_SPARSITY_PAIRS])
-    initial_range: tuple[float, float] = (1.2, 0.8)
+    coefficients: torch.Tensor
+    evaluations: int = 0
+    generations: int = 0
+    initial_fitness: Optional[float] = None
+    best_fitness: Optional[float] = None
+    evaluations_per_rank: list[int] = field(default_factory=list)
+    forward_s: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    resumed_at: Optional[int] = None
+    stopped_by: str = "max_evaluations"
+    seconds: float = 0.0
 
-    def __post_init__(self) -> None:
-        problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in
-                    (("max_evaluations", 0), ("num_images", 1), ("batch_size", 1), ("pca_components", 1))
-                    if getattr(self, name) < low]
-        if self.optimizer not in OPTIMIZERS:
-            problems.append(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.parametrization not in ("log", "linear"):
-            problems.append(f"parametrization must be 'log' or 'linear', got {self.parametrization!r}")
-        if self.max_time is not None and not self.max_time > 0:
-            problems.append(f"max_time must be a positive number of seconds (or null), got {self.max_time}")
-        if self.popsize is not None and self.popsize < 2:
-            problems.append(f"popsize must be >= 2 (or null for the default), got {self.popsize}")
-        if not (self.sigma > 0 and math.isfinite(self.sigma)):
-            problems.append(f"sigma must be a positive number, got {self.sigma}")
-        if not self.sparsity_pairs:
-            problems.append("sparsity_pairs must hold at least one (mlp_ratio, head_ratio) pair")
-        if self.parametrization == "log" and min(self.initial_range) <= 0:
-            problems.append(f"initial_range must be positive with parametrization log, got {list(self.initial_range)}")
-        if problems:
-            raise ConfigError("search: " + "; ".join(problems))
-        self.sparsity_pairs = [tuple(float(v) for v in pair) for pair in self.sparsity_pairs]
-        self.initial_range = tuple(float(v) for v in self.initial_range)
+    @property
+    def improved_on_initial(self) -> bool:
+        return self.initial_fitness is not None and self.best_fitness is not None and self.best_fitness < self.initial_fitness
 
-    @classmethod
-    def paper(cls, **overrides: Any) -> "SearchSettings":
-        """The paper's search (METHOD section 2): xNES on the coefficients, sigma 1, default population."""
-        return cls(**{"optimizer": "xnes", "sigma": 1.0, "parametrization": "linear", "popsize": None,
-                      "max_evaluations": 50, **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready settings (the record in the report and the elastic artifact)."""
-        return {k: list(map(list, v)) if k == "sparsity_pairs" else (list(v) if isinstance(v, tuple) else v)
-                for k, v in asdict(self).items()}
-
-    def strategy(self, coefficients: torch.Tensor) -> EvolutionStrategy:
-        """The optimiser, started at ``coefficients`` (in the search's parametrization)."""
-        return OPTIMIZERS[self.optimizer](self.to_search_space(coefficients), sigma=self.sigma, popsize=self.popsize,
-                                          seed=self.seed)
-
-    def to_search_space(self, coefficients: torch.Tensor) -> torch.Tensor:
-        return coefficients.double().abs().log() if self.parametrization == "log" else coefficients.double()
-
-    def to_coefficients(self, x: torch.Tensor) -> torch.Tensor:
-        """A point of the search space as coefficients (float32)."""
-        return (x.exp() if self.parametrization == "log" else x).float()
+    def summary(self) -> dict[str, Any]:
+        """What the search found, JSON-ready, from its inputs only (no timings: an interrupted and resumed run
+        records the same summary as an uninterrupted one); the elastic artifact and the report keep it."""
+        return {
+            "evaluations": self.evaluations, "generations": self.generations, "initial_fitness": self.initial_fitness,
+            "best_fitness": self.best_fitness, "improved_on_initial": self.improved_on_initial,
+            "evaluations_per_rank": self.evaluations_per_rank, "stopped_by": self.stopped_by,
+        }
 
 
 @dataclass
@@ -151,7 +102,7 @@ def run_search(
     resume: Optional[SearchProgress] = None,
     on_progress: Optional[Callable[[SearchProgress], None]] = None,
     on_generation: Optional[Callable[[EvolutionStrategy, torch.Tensor, torch.Tensor], None]] = None,
-    progress: bool = False,
+    progress: ProgressMode | bool = False,
 ) -> SearchResult:
     """Search the coefficients that rescale ``local``'s scores, minimising the embedding-drift fitness.
 
@@ -172,7 +123,7 @@ def run_search(
             and at the end of every generation: what ``resume`` continues from.
         on_generation: called after every generation with the optimiser, the candidates and their
             fitness values (logging).
-        progress: show a progress bar (rank 0).
+        progress: show progress (a :class:`snapvit_pl.progress.Progress` mode, on rank 0 only).
 
     Returns:
         the best coefficients (the initial ones unless a candidate beat them) and the search's statistics.
@@ -182,7 +133,7 @@ def run_search(
         return SearchResult(mean, evaluations_per_rank=[0] * world_size)
     started = time.perf_counter()
     previous_s = resume.seconds if resume is not None else 0.0
-    fitness = EmbeddingFitness(model, images, local, settings.sparsity_pairs, settings.pca_components, settings.batch_size)
+    fitness = EmbeddingFitness(model, images, local, settings)
     es = settings.strategy(mean)
     pending: Optional[list[float]] = None
     if resume is not None:
@@ -194,8 +145,8 @@ def run_search(
     first_evaluation, setup_s = es.evaluations, time.perf_counter() - started  # setup_s: PCA + initial evaluation
     counts = list(resume.evaluations_per_rank) if resume is not None else []
     counts += [0] * (max(world_size, len(counts)) - len(counts))
-    bar = tqdm(total=settings.max_evaluations, initial=resumed_at or 0, desc="search", dynamic_ncols=True,
-               disable=not progress or rank != 0)
+    bar = Progress("search", settings.max_evaluations, progress if rank == 0 else "off", unit="eval",
+                   initial=resumed_at or 0)
     stopped_by = "max_evaluations"
 
     def progress_now(optimizer_state: dict[str, Any], values: Optional[torch.Tensor]) -> SearchProgress:
@@ -239,7 +190,7 @@ def run_search(
                                      all_gather, on_evaluation=evaluated, known=pending, on_round=round_done)
         pending = None
         es.tell(candidates, values)
-        bar.set_postfix(best=f"{es.best_fitness:.4f}", sigma=f"{es.sigma:.3f}")
+        bar.set(best=round(es.best_fitness, 5), sigma=round(es.sigma, 4))
         if on_progress is not None:
             on_progress(progress_now(es.state_dict(), None))
         if on_generation is not None:
@@ -255,10 +206,13 @@ def run_search(
 
 def search_snapshots(
     model: nn.Module, images: torch.Tensor, local: ElasticScores, settings: SearchSettings, budgets: Sequence[int],
+    on_generation: Optional[Callable[[EvolutionStrategy, torch.Tensor, torch.Tensor], None]] = None,
 ) -> dict[int, SearchResult]:
-    """One search continued up to each evaluation budget in turn (for ablations): ``{budget: result}``.
+    """One search continued up to each evaluation budget in turn (for ablations and benchmarks): ``{budget: result}``;
+    each result's ``seconds`` covers the search up to its budget.
 
     A generation in progress at an intermediate budget is cut short there, as ``max_evaluations`` does.
+    ``on_generation`` is called after every generation, as by :func:`run_search`.
     """
     results: dict[int, SearchResult] = {}
     saved: Optional[SearchProgress] = None
@@ -270,5 +224,5 @@ def search_snapshots(
 
     for budget in sorted(budgets):
         results[budget] = run_search(model, images, local, replace(settings, max_evaluations=budget), resume=saved,
-                                     on_progress=keep)
+                                     on_progress=keep, on_generation=on_generation)
     return results

@@ -1,0 +1,188 @@
+"""What every command line shares: one dialect (jsonargparse, as LightningCLI), one error exit, one logger block.
+
+The dialect, for every command (``prune``, ``train``, ``extract``, ``evaluate``, ``deploy``, ``hub``):
+
+- options are ``--group.key value`` (or ``--group.key=value``), values in YAML (``true``, ``[1, 2]``, ``{a: 1}``);
+- ``--config FILE`` reads a YAML of the same keys (repeatable, the last wins); a config written for another
+  snapvit-pl command is accepted: the sections this command does not use (e.g. a ``prune.py`` config's
+  ``search:`` given to ``evaluate``) are left out, anything else unknown is refused;
+- ``--print_config`` prints the resolved configuration and exits;
+- ``--verbose true`` (or a bare ``--verbose``) shows the traceback of errors; without it an error the user can
+  fix is one ``error:`` line and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from ..errors import ConfigError, SnapViTError, config_error, exit_with_error
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PRUNE_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
+
+#: Top-level config sections of the project's commands: a config of one command is readable by the others,
+#: each keeping the sections it uses.
+PROJECT_SECTIONS = ("model", "data", "seg_data", "importance", "search", "export", "correction", "evaluation",
+                    "report", "trainer", "optimizer", "lr_scheduler", "ckpt_path", "seed_everything", "out_dir",
+                    "overwrite", "resume", "verbose", "progress", "scores", "checkpoint", "out", "device")
+
+# Expected in a pruning run: no optimiser, no validation loop.
+for _message in (
+    ".*returned `None`, this fit will run with no optimizer", ".*but have no `validation_step`",
+    ".*LightningCLI's args parameter", ".*module\\(s\\) in eval mode at the start of training", ".*isinstance.treespec, LeafSpec.*",
+):
+    warnings.filterwarnings("ignore", message=_message)
+
+
+class _NoAdvertisements(logging.Filter):
+    """Drops Lightning's "try installing litlogger" tip, printed on every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertisements())
+
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def pop_verbose(argv: list[str], keep: bool = True) -> tuple[list[str], bool]:
+    """Read ``--verbose`` before parsing (errors of the parsing itself need it): ``--verbose``, ``--verbose true``,
+    ``--verbose=false``; returns the arguments with it written ``--verbose=<value>`` (removed unless ``keep``) and
+    the value (``SNAPVIT_VERBOSE=1`` also turns it on)."""
+    out, verbose, i = [], bool(os.environ.get("SNAPVIT_VERBOSE")), 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--verbose" or arg.startswith("--verbose="):
+            value = arg.split("=", 1)[1] if "=" in arg else None
+            if value is None and i + 1 < len(argv) and argv[i + 1].lower() in _TRUE + _FALSE:
+                value, i = argv[i + 1], i + 1
+            value = "true" if value is None else value.lower()
+            if value not in _TRUE + _FALSE:
+                raise ConfigError(f"--verbose takes true or false, got {value!r}")
+            verbose = value in _TRUE
+            if keep:
+                out.append(f"--verbose={'true' if verbose else 'false'}")
+        else:
+            out.append(arg)
+        i += 1
+    return out, verbose
+
+
+def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]], command: str,
+                cleanup: Optional[Callable[[], None]] = None, keep_verbose: bool = True) -> int:
+    """Run a command's ``body(argv)``; an error the user can fix (or a bad option) becomes one ``error:`` line and
+    status 2 (``cleanup`` runs first), unless ``--verbose`` asks for the traceback (``keep_verbose``: the command's
+    parser reads ``--verbose`` too)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = False
+    try:
+        argv, verbose = pop_verbose(argv, keep_verbose)
+        return body(argv)
+    except (SnapViTError, argparse.ArgumentError) as err:
+        if cleanup is not None:
+            cleanup()
+        return exit_with_error(err if isinstance(err, SnapViTError) else config_error(err, command), verbose)
+
+
+def help_formatter():
+    """jsonargparse's help formatter, keeping the line breaks of the description and the examples."""
+    from jsonargparse import DefaultHelpFormatter
+
+    class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+        pass
+
+    return HelpFormatter
+
+
+def config_action(sections: Iterable[str]):
+    """A ``--config`` action that reads a snapvit-pl YAML of any command, leaving out the project's sections this
+    parser does not have (``sections``: its own)."""
+    import yaml
+    from jsonargparse import ActionConfigFile
+
+    own = set(sections)
+    foreign = tuple(s for s in PROJECT_SECTIONS if s not in own)
+
+    class ConfigFile(ActionConfigFile):
+        def __call__(self, parser, cfg, values, option_string=None):
+            text = None
+            path = Path(str(values))
+            if path.is_file():
+                try:
+                    text = path.read_text()
+                except OSError as err:
+                    raise ConfigError(f"cannot read --config {path} ({err.strerror or err})") from err
+            try:
+                data = yaml.safe_load(text if text is not None else str(values))
+            except yaml.YAMLError:
+                data = None
+            if isinstance(data, dict) and any(key in foreign for key in data):
+                values = yaml.safe_dump({k: v for k, v in data.items() if k not in foreign}, sort_keys=False)
+            elif text is None and not isinstance(data, dict):
+                raise ConfigError(f"--config {values}: no such file, and not a YAML mapping")
+            self.apply_config(parser, cfg, self.dest, values)
+
+    return ConfigFile
+
+
+def command_parser(prog: str, description: str, sections: Iterable[str], epilog: Optional[str] = None):
+    """A jsonargparse parser in the project's dialect: ``--config`` (any command's YAML), ``--print_config``,
+    ``--verbose``; add the command's own groups, named as in ``prune.py``."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(prog=prog, description=description, epilog=epilog, exit_on_error=False,
+                            formatter_class=help_formatter())
+    parser.add_argument("--config", action=config_action(sections), help="a YAML of these options (or a config of "
+                        "another snapvit-pl command: the sections this one does not use are left out)")
+    parser.add_argument("--verbose", type=bool, default=False, help="show the traceback of errors (or set SNAPVIT_VERBOSE=1)")
+    return parser
+
+
+def tensorboard_logger(save_dir: str | Path, **options: Any) -> dict[str, Any]:
+    """The one TensorBoard logger of the project's runs: ``<save_dir>/tensorboard`` (no version subfolder)."""
+    return {"class_path": "pytorch_lightning.loggers.TensorBoardLogger",
+            "init_args": {"save_dir": str(save_dir), "name": "tensorboard", "version": "", **options}}
+
+
+def _check_ancestors(path: Path, option: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a writable directory."""
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor.parent != ancestor:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise ConfigError(f"{option} {path} lies under the file {ancestor}; choose a path in a directory")
+    if ancestor.exists() and not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path} is not writable ({ancestor} is read-only for this user); choose a "
+                          "writable location")
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """Refuse, before anything is written, an output directory that cannot be one: a file, under a file, or not
+    writable (its nearest existing ancestor)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path} is a file, not a directory; choose a directory path")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"{option} {path} is not writable for this user; choose a writable directory")
+    else:
+        _check_ancestors(path, option)
+    return path
+
+
+def check_output_file(path: str | Path, option: str, overwrite: bool = True) -> Path:
+    """Refuse, before anything is written, an output file that cannot be written (a directory, under a file, in
+    a read-only directory) or that exists without ``overwrite``."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a directory; give a file path")
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{option} {path} exists; pass --overwrite true to replace it or choose another path")
+    _check_ancestors(path, option)
+    return path

@@ -1,0 +1,59 @@
+"""``snapvit-pl deploy`` / ``python -m snapvit_pl.deploy``: a pruned checkpoint to ONNX, optionally checked against
+PyTorch and timed with ONNX Runtime (needs the ``deploy`` extra: onnx, onnxruntime)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .common import check_output_file, command_parser, run_command
+
+EPILOG = """examples:
+  snapvit-pl deploy --checkpoint runs/prune/X/models/flops0.5 --out flops0.5.onnx --check true --benchmark true"""
+_SECTIONS = ("checkpoint", "out", "overwrite", "opset", "batch_size", "check", "benchmark", "verbose")
+
+
+def build_parser():
+    """The ``deploy`` command's parser."""
+    parser = command_parser("snapvit-pl deploy", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    parser.add_argument("--checkpoint", type=str, required=True,
+                        help="pruned checkpoint directory (or hf-hub:org/name) written by prune.py / extract")
+    parser.add_argument("--out", type=str, required=True, help="the .onnx file to write")
+    parser.add_argument("--overwrite", type=bool, default=True, help="replace an existing --out file")
+    parser.add_argument("--opset", type=int, default=17, help="ONNX opset version")
+    parser.add_argument("--batch_size", type=int, default=8, help="batch size of --check and --benchmark")
+    parser.add_argument("--check", type=bool, default=False, help="print the max abs difference of ONNX Runtime vs PyTorch")
+    parser.add_argument("--benchmark", type=bool, default=False, help="print ONNX Runtime and PyTorch CPU throughput")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the command line; returns the exit status."""
+    return run_command(_deploy, argv, "snapvit-pl deploy")
+
+
+def _deploy(argv: list[str]) -> int:
+    from ..deploy import INSTALL_HINT
+    from ..errors import ConfigError
+    from ..eval.throughput import measure_throughput
+    from ..models import input_shape, load_pruned
+
+    args = build_parser().parse_args(argv)
+    check_output_file(args.out, "--out", args.overwrite)
+    try:
+        from ..deploy.onnx import check_onnx, export_onnx, onnx_throughput
+    except ImportError as err:
+        raise ConfigError(f"ONNX export needs the deploy extra ({err.name or err} is missing): {INSTALL_HINT}") from err
+    model, _ = load_pruned(args.checkpoint)
+    try:
+        path = export_onnx(model, args.out, opset=args.opset)
+    except OSError as err:
+        raise ConfigError(f"cannot write {args.out} ({err.strerror or err}); choose a writable --out") from err
+    print(f"wrote {path} (opset {args.opset}, dynamic batch)")
+    if args.check:
+        diff = check_onnx(model, path, batch_size=args.batch_size)
+        print(f"max abs diff onnxruntime vs PyTorch (batch {args.batch_size}): {diff:.3g}")
+    if args.benchmark:
+        shape = input_shape(model)
+        ours = onnx_throughput(path, shape, batch_size=args.batch_size)
+        theirs = measure_throughput(model, shape, batch_size=args.batch_size, device="cpu").images_per_second
+        print(f"throughput on CPU (batch {args.batch_size}): onnxruntime {ours:.1f} images/s, PyTorch {theirs:.1f} images/s")
+    return 0

@@ -1,0 +1,60 @@
+"""``snapvit-pl hub`` / ``python -m snapvit_pl.hub``: publish a pruned checkpoint on the Hugging Face Hub with a
+generated model card (``push``), or print that card (``card``, no network)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .common import command_parser, run_command
+
+EPILOG = """examples:
+  snapvit-pl hub card --checkpoint runs/prune/X/models/sparsity0.5 --repo org/vit-s-dino-pruned-50
+  snapvit-pl hub push --checkpoint runs/prune/X/models/sparsity0.5 --repo org/vit-s-dino-pruned-50 --private true"""
+_SECTIONS = ("checkpoint", "repo", "private", "token", "verbose")
+
+
+def build_parser():
+    """The ``hub`` command's parser (subcommands ``push`` and ``card``)."""
+    from jsonargparse import ArgumentParser
+
+    parser = command_parser("snapvit-pl hub", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    commands = parser.add_subcommands(dest="command")
+    for name, help_text in (("push", "upload a pruned checkpoint with a generated model card"),
+                            ("card", "print the model card push would upload (no network)")):
+        sub = ArgumentParser(exit_on_error=False)
+        sub.add_argument("--checkpoint", type=str, required=True,
+                         help="pruned checkpoint directory (prune.py's models/<budget>)")
+        sub.add_argument("--repo", type=str, required=True, help="org/name on the Hugging Face Hub")
+        if name == "push":
+            sub.add_argument("--private", type=bool, default=False, help="create the repository private")
+            sub.add_argument("--token", type=Optional[str], default=None, help="a Hub token (default: the logged-in one)")
+        commands.add_subcommand(name, sub, help=help_text)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the command line; returns the exit status."""
+    return run_command(_hub, argv, "snapvit-pl hub")
+
+
+def _hub(argv: list[str]) -> int:
+    from ..errors import ConfigError, SnapViTError
+    from ..models.checkpoint import read_record
+    from ..models.publish import model_card, push_to_hub
+
+    args = build_parser().parse_args(argv)
+    command = args.command
+    options = args[command]
+    if "/" not in options.repo:
+        raise ConfigError(f"--repo {options.repo!r} must be org/name (your user name or an organisation, then the model)")
+    if command == "card":
+        print(model_card(read_record(options.checkpoint), options.repo))
+        return 0
+    try:
+        url = push_to_hub(options.checkpoint, options.repo, private=options.private, token=options.token)
+    except SnapViTError:
+        raise
+    except Exception as err:  # network, authentication, permissions
+        raise ConfigError(f"the upload to {options.repo} failed ({type(err).__name__}: "
+                          f"{' '.join(str(err).split())[:200]}); check your network and `huggingface-cli login`") from err
+    print(f"pushed {options.checkpoint} to {url}")
+    return 0

@@ -1,0 +1,223 @@
+"""``prune.py`` / ``snapvit-pl prune``: LightningCLI over a :class:`PruningModule` and the stage callbacks."""
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import time
+import typing
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import ConfigError
+from ..progress import MODES
+from .common import DEFAULT_PRUNE_CONFIG, check_output_dir, help_formatter, run_command, tensorboard_logger
+
+RESULT_FILES = ("report.json", "elastic_scores.safetensors", "models")
+#: Settings a resumed run may change: they change how the run reports, not what it computes.
+SAFE_RESUME_OVERRIDES = ("config", "verbose", "resume", "overwrite", "out_dir", "progress", "trainer.enable_progress_bar",
+                         "trainer.default_root_dir", "trainer.logger", "report.print_table", "report.plots")
+
+PRUNE_USAGE = ("python prune.py [--config FILE] [--GROUP.KEY VALUE ...] [--out_dir DIR] [--resume RUN_DIR] "
+               "[--progress MODE] [--verbose true]")
+PRUNE_EPILOG = """examples:
+  python prune.py                                            # the offline demo (configs/prune/demo.yaml)
+  python prune.py --config configs/prune/dino_vitb16.yaml --data.init_args.root /data/imagenet
+  python prune.py --search.max_time 60 --export.budgets '[{sparsity: 0.5}, {flops: 0.4}]'
+  python prune.py --resume runs/prune/20261201-101500      # continue an interrupted run
+Every option can also be set in a YAML file (--config; --print_config shows the resolved one).
+The Lightning Trainer's own options (--trainer.*) are listed last."""
+_OWN_GROUPS = ("importance", "search", "export", "correction", "evaluation", "report", "model", "data")
+
+
+def settings_groups() -> dict[str, type]:
+    """The pipeline's settings groups (``importance``, ``search``, ...) and their dataclasses, in stage order."""
+    from ..pipeline.settings import PipelineSettings
+
+    hints = typing.get_type_hints(PipelineSettings)
+    return {f.name: hints[f.name] for f in fields(PipelineSettings)}
+
+
+def check_run_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse a run directory that cannot be one, or that already holds results (unless ``overwrite``)."""
+    check_output_dir(out_dir, "--out_dir")
+    existing = [name for name in RESULT_FILES if (out_dir / name).exists()]
+    if existing and not overwrite:
+        raise ConfigError(
+            f"{out_dir} already holds results ({', '.join(existing)}); pass --overwrite true to replace them "
+            "or choose another --out_dir"
+        )
+
+
+def changed_settings(parser: Any, saved_config: Path, given: Any) -> list[str]:
+    """The settings of ``given`` (a parsed namespace) that differ from the saved configuration's, safe keys
+    (:data:`SAFE_RESUME_OVERRIDES`) excepted; both read by the same parser, so ``--data.root`` and
+    ``--data.init_args.root`` are the same key."""
+    saved = dict(parser.parse_args(["--config", str(saved_config)]).items())
+    now = dict(given.items())
+    safe = lambda key: any(key == s or key.startswith(s + ".") for s in SAFE_RESUME_OVERRIDES)  # noqa: E731
+    return sorted(k for k in set(saved) | set(now) if not safe(k) and saved.get(k) != now.get(k))
+
+
+def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir: Optional[Path] = None):
+    """``prune.py``'s LightningCLI, parsed and instantiated but not run.
+
+    ``cli.model`` (the :class:`PruningModule`, its ``pipeline`` configured with the stage settings),
+    ``cli.datamodule`` and ``cli.trainer`` are what a ``python prune.py <argv>`` run uses; the benchmarks read
+    their settings from here (``cli.model.pipeline.settings``).
+
+    Args:
+        argv: the command-line arguments.
+        help_defaults: a config whose values ``--help`` shows as the defaults.
+        resume_dir: the interrupted run ``argv`` resumes (its saved settings may not change).
+    """
+    from pytorch_lightning.cli import LightningCLI
+
+    from ..callbacks import STAGE_CALLBACKS
+    from ..data import VisionDataModule
+    from ..lightning.pruning_module import PruningModule
+    from ..pipeline.settings import PipelineSettings
+
+    groups = settings_groups()
+
+    class PruneCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser) -> None:
+            parser.add_argument("--out_dir", type=Optional[str], default=None,
+                                help="run directory (default: runs/prune/<timestamp>)")
+            parser.add_argument("--overwrite", type=bool, default=False,
+                                help="replace the results of an earlier run in out_dir")
+            parser.add_argument("--resume", type=Optional[str], default=None,
+                                help="continue the interrupted run in this directory (its config.yaml, its progress)")
+            parser.add_argument("--progress", type=str, default="auto",
+                                help=f"{', '.join(MODES)}: bars in a terminal, log lines in a log file or a pipe (auto)")
+            parser.add_argument("--verbose", type=bool, default=False,
+                                help="show the traceback of errors (or set SNAPVIT_VERBOSE=1)")
+            for key, settings in groups.items():  # one group per stage (snapvit_pl.pipeline.PipelineSettings)
+                parser.add_class_arguments(settings, key)
+            parser.link_arguments("model.model_name", "data.init_args.model_name")
+            # --help: the project's options first, then its stage groups, the model and data; the trainer last
+            own = [parser.groups[key] for key in _OWN_GROUPS if key in parser.groups]
+            trainer = [parser.groups["trainer"]] if "trainer" in parser.groups else []
+            rest = [g for g in parser._action_groups if g not in own and g not in trainer]  # argparse's print order
+            parser._action_groups[:] = rest + own + trainer
+            parser.set_defaults({
+                "trainer.max_epochs": 1, "trainer.enable_checkpointing": False, "trainer.num_sanity_val_steps": 0,
+                "trainer.limit_val_batches": 0, "trainer.devices": 1, "trainer.enable_model_summary": False,
+                "trainer.log_every_n_steps": 1,  # the importance loss of every batch
+                "trainer.enable_progress_bar": False,  # every stage reports through snapvit_pl.progress (--progress)
+            })
+
+        def before_instantiate_classes(self) -> None:
+            config = self.config
+            if config.progress not in MODES:
+                raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {config.progress!r}")
+            if resume_dir is not None:
+                changed = changed_settings(self.parser, resume_dir / "config.yaml", config)
+                if changed:
+                    shown = ", ".join(f"--{key}" for key in changed[:5]) + (" ..." if len(changed) > 5 else "")
+                    raise ConfigError(f"--resume keeps the interrupted run's settings, but {shown} would change what "
+                                      "it computes; resume without these overrides, or start a new run (another "
+                                      "--out_dir) with them")
+            out_dir = Path(config.out_dir or Path("runs") / "prune" / time.strftime("%Y%m%d-%H%M%S"))
+            check_run_dir(out_dir, config.overwrite)
+            config.out_dir = str(out_dir)
+            config.trainer.default_root_dir = str(out_dir)
+            if config.trainer.strategy in ("ddp", "ddp_spawn", "ddp_fork"):
+                start_method = {"ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork"}[config.trainer.strategy]
+                config.trainer.strategy = {
+                    "class_path": "snapvit_pl.lightning.strategy.PruningDDPStrategy",
+                    "init_args": {"start_method": start_method},
+                }
+            if config.trainer.logger in (None, True):
+                config.trainer.logger = tensorboard_logger(out_dir, default_hp_metric=False)
+
+        def instantiate_trainer(self, **kwargs):
+            trainer = super().instantiate_trainer(**kwargs)
+            c = self.config_init
+            settings = PipelineSettings(**{key: c[key] for key in groups})
+            self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=c.progress)
+            trainer.callbacks[:0] = [callback() for callback in STAGE_CALLBACKS]  # in the pipeline's stage order
+            return trainer
+
+    return PruneCLI(
+        PruningModule, VisionDataModule, subclass_mode_data=True, run=False, args=argv, seed_everything_default=0,
+        save_config_callback=None,
+        parser_kwargs={"description": "Prune a pretrained ViT into an elastic family of sub-networks (SnapViT):\n"
+                                      "local importance, coefficient search, pruned models at budgets, report.",
+                       "usage": PRUNE_USAGE, "epilog": PRUNE_EPILOG, "formatter_class": help_formatter(),
+                       "exit_on_error": False,
+                       **({"default_config_files": [str(help_defaults)]} if help_defaults else {})},
+        trainer_defaults={}, auto_configure_optimizers=False,
+    )
+
+
+def _resume_args(argv: list[str]) -> tuple[list[str], Optional[Path]]:
+    """``--resume RUN_DIR`` -> the run's saved config and out_dir, then any other overrides."""
+    resume = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--resume"), None)
+    resume = resume or next((a.split("=", 1)[1] for a in argv if a.startswith("--resume=")), None)
+    if resume is None:
+        return argv, None
+    rest = [a for i, a in enumerate(argv) if a != "--resume" and not a.startswith("--resume=")
+            and (i == 0 or argv[i - 1] != "--resume")]
+    run_dir = Path(resume)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir} has no config.yaml: --resume takes the directory of an interrupted prune.py run")
+    if (run_dir / "report.json").exists():
+        raise ConfigError(f"{run_dir} already finished (report.json exists); nothing to resume")
+    return ["--config", str(run_dir / "config.yaml"), *rest, "--out_dir", str(run_dir), "--overwrite", "true"], run_dir
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Raised by the SIGTERM handler so Lightning shuts down as for Ctrl+C."""
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise _Interrupted()
+
+
+def prune_main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``prune.py``; returns the exit status."""
+    from ..io import write_text_atomic
+    from ..pipeline.resume import RESUME_FILE, has_progress, load_resume_state
+
+    run: dict[str, Any] = {}
+
+    def body(argv: list[str]) -> int:
+        argv, resume_dir = _resume_args(argv)
+        has_config = any(a in ("--config", "-c") or a.startswith("--config=") for a in argv)
+        if {"-h", "--help"} & set(argv):  # the help shows the values this command would run with
+            given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--config", "-c")), None)
+            prune_cli([a for a in argv if a not in ("--config", "-c", given)], Path(given or DEFAULT_PRUNE_CONFIG))
+        if not has_config:
+            argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
+        cli = prune_cli(argv, resume_dir=resume_dir)
+        pipeline = cli.model.pipeline
+        pipeline.check()  # budgets the keep ratios cannot reach, before anything is written
+        out_dir = Path(cli.config.out_dir)
+        run["out_dir"], run["created"] = out_dir, not out_dir.exists()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if resume_dir is not None:
+            pipeline.load_state_dict(load_resume_state(resume_dir))
+        else:
+            write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_unset=False))
+            pipeline.save_progress()
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+        try:
+            cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        except (KeyboardInterrupt, SystemExit) as err:
+            if isinstance(err, SystemExit) and err.code in (0, None):
+                raise
+            if (out_dir / RESUME_FILE).exists():
+                print(f"interrupted: progress is saved in {out_dir}; continue with: python prune.py --resume {out_dir}",
+                      file=sys.stderr)
+            else:
+                print("interrupted before anything was saved; start the run again", file=sys.stderr)
+            return 130
+        return 0
+
+    def cleanup() -> None:  # a run that failed on bad input leaves nothing behind
+        if run.get("created") and not has_progress(run["out_dir"]):
+            shutil.rmtree(run["out_dir"], ignore_errors=True)
+
+    return run_command(body, argv, "python prune.py", cleanup)

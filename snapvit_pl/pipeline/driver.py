@@ -1,0 +1,472 @@
+"""The pipeline driver: SnapViT's stages, in their order, over one typed :class:`RunState`.
+
+    importance -> search -> splits -> export -> report
+
+:class:`Pipeline` is the one place that sequences them. Its callers:
+
+- :func:`snapvit_pl.fit_elastic` (plain Python): :meth:`Pipeline.run` (importance, search, splits);
+- ``prune.py``: one thin Lightning callback per stage (``snapvit_pl.callbacks``), each hook calling one
+  method (the importance pass is Lightning's training epoch, so it comes in three calls:
+  :meth:`~Pipeline.start_importance`, :meth:`~Pipeline.importance_step` per batch,
+  :meth:`~Pipeline.finish_importance`);
+- ``python -m snapvit_pl.extract``: :meth:`Pipeline.from_scores`, then :meth:`~Pipeline.export`.
+
+A stage refuses to run before the stages it follows. The driver builds the base model's cost model
+once, decodes the fitness images once (the search and the split choice share them), and saves the
+run's progress (``resume_state.pt``) after the importance pass and every round of search evaluations.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import torch
+from torch import nn
+
+from ..elastic.budget import Budget, CostModel
+from ..elastic.latency import latency_table
+from ..elastic.scores import ElasticScores
+from ..elastic.splits import SplitTable
+from ..errors import CheckpointError, ConfigError
+from ..models.loading import BackboneSpec, fingerprint
+from ..models.modes import eval_mode
+from ..progress import Progress, ProgressMode
+from ..scoring import LocalScores
+from ..search.loop import SearchProgress, SearchResult, run_search
+from ..search.population import AllGather
+from .extraction import Correction, Evaluation, check_budgets, extract_models
+from .importance import AllReduceSum
+from .inputs import StageInputs
+from .report import write_report
+from .resume import save_resume_state
+from .settings import PipelineSettings
+from .splits import choose_splits, split_table
+from .state import DenseModel, ExtractedModel, RunState
+
+#: The stages, in the order they run.
+STAGES = ("importance", "search", "splits", "export", "report")
+
+
+@dataclass
+class Distributed:
+    """Where this process stands in a multi-process (DDP) run.
+
+    Attributes:
+        rank: this process's rank (0: the one that writes files).
+        world_size: number of processes.
+        all_reduce_sum: sums a tensor over processes (the scorers' statistics).
+        all_gather: gathers a ``[k]`` tensor from every process into ``[world_size, k]`` (the search's fitness).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    all_reduce_sum: Optional[AllReduceSum] = None
+    all_gather: Optional[AllGather] = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class RunEvents:
+    """What a caller wants to hear about (e.g. the Lightning logger); each may be None.
+
+    Attributes:
+        log_metrics: scalars ``{tag: value}`` at a step (the search's fitness per evaluation, ...).
+        on_figure: each figure of the report, with its name, before it is closed.
+        on_report: the finished report (``report.json``'s content).
+    """
+
+    log_metrics: Optional[Callable[[dict[str, float], int], None]] = None
+    on_figure: Optional[Callable[[str, Any], None]] = None
+    on_report: Optional[Callable[[dict[str, Any]], None]] = None
+
+
+class Pipeline:
+    """SnapViT on one pretrained ViT: its stages in order, over one :class:`RunState`.
+
+    Args:
+        model: a supported timm ViT (dense, pretrained), on the device to compute on; never modified.
+        settings: every stage's settings (default :class:`PipelineSettings`).
+        spec: how ``model`` is built (recorded so that its pruned models and scores can be rebuilt); default: its
+            architecture name, without weights.
+        inputs: the fitness / calibration images and evaluation data (:class:`DataModuleInputs`, :class:`TensorInputs`).
+        run_dir: where the scores, models, report and progress are written (None: nothing is written).
+        dist: this process's place in a DDP run (default: a single process).
+        progress: ``auto`` (bars in a terminal, log lines elsewhere), ``bar``, ``lines`` or ``off``.
+        events: who hears about metrics, figures and the report.
+
+    Example::
+
+        pipeline = Pipeline(model, PipelineSettings(search=SearchSettings(max_evaluations=50)),
+                            inputs=TensorInputs(images))
+        scores = pipeline.run(multicrop_batches)      # importance, search, splits
+        models = pipeline.export([Budget(flops=0.5)])  # cut (correct, evaluate) each budget
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        settings: Optional[PipelineSettings] = None,
+        *,
+        spec: Optional[BackboneSpec] = None,
+        inputs: Optional[StageInputs] = None,
+        run_dir: Optional[str | Path] = None,
+        dist: Optional[Distributed] = None,
+        progress: ProgressMode | bool = "auto",
+        events: Optional[RunEvents] = None,
+    ):
+        self.model = model
+        self.settings = settings or PipelineSettings()
+        self.spec = spec or BackboneSpec(_architecture_name(model), pretrained=False)
+        self.inputs = inputs or StageInputs()
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.dist = dist or Distributed()
+        self.progress = progress
+        self.events = events or RunEvents()
+        self.state = RunState(self.spec, fingerprint(model), method=self.settings.record())
+        self._cost: Optional[CostModel] = None
+        self._fitness_images: Optional[torch.Tensor] = None
+        self._search_progress: Optional[SearchProgress] = None
+        self._splits = SplitTable()  # the chosen splits, as the elastic scores record them
+        self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
+
+    # -- shared by the stages --------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def cost(self) -> CostModel:
+        """The base model's exact parameter and FLOP counts per sub-network (built once)."""
+        if self._cost is None:
+            self._cost = CostModel(self.model)
+        return self._cost
+
+    def fitness_images(self) -> torch.Tensor:
+        """The search's fitness images on the model's device (decoded once; the split choice reuses them)."""
+        if self._fitness_images is None:
+            self._fitness_images = self.inputs.fitness_images(self.settings.search).to(self.device)
+        return self._fitness_images
+
+    def completed(self, stage: str) -> bool:
+        return stage in self.state.completed
+
+    def _show(self) -> ProgressMode | bool:
+        return self.progress if self.dist.is_main else "off"
+
+    def _begin(self, stage: str) -> None:
+        missing = [s for s in STAGES[:STAGES.index(stage)] if s not in self.state.completed]
+        if missing:
+            raise RuntimeError(f"the {stage} stage runs after {', '.join(missing)}: run those first")
+
+    def _end(self, stage: str) -> None:
+        if stage not in self.state.completed:
+            self.state.completed.append(stage)
+
+    def use_datamodule(self, datamodule: Any) -> None:
+        """Take the run's data from a DataModule: set it up for the importance pass (the model's input format, the
+        views the scorer needs) and read the later stages' images and evaluation data from it."""
+        from .importance import prepare_pruning_data
+        from .inputs import DataModuleInputs
+
+        prepare_pruning_data(datamodule, self.model, self.settings.importance.scorer)
+        self.inputs = DataModuleInputs(datamodule)
+
+    # -- checks before any work ------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Refuse now what would fail after the expensive stages: budgets the configured keep ratios
+        (``importance.min_mlp_keep`` / ``min_head_keep``) cannot reach, metrics a pruning run cannot measure.
+
+        Raises:
+            PruningSpecError, ConfigError: naming the budget or setting.
+        """
+        s = self.settings
+        check_budgets(self.model, s.export.budgets, s.importance, s.export.mlp_multiple, self.cost)
+        if "seg" in s.evaluation.metrics:
+            raise ConfigError("evaluation.metrics: 'seg' needs segmentation data; run python -m snapvit_pl.evaluate "
+                              "--evaluation.metrics [seg] on the exported checkpoints")
+
+    # -- stage 1: importance ---------------------------------------------------------------------------------
+    def start_importance(self, batches: Optional[int] = None) -> None:
+        """Bind the scorer to the model and reset it (a pass of ``batches`` batches follows); a no-op when the
+        scores are complete already (a resumed run)."""
+        self._begin("importance")
+        if self.completed("importance"):
+            return
+        scorer = self.settings.importance.scorer
+        scorer.setup(self.model, None)
+        bar = Progress("importance", batches, self._show() if scorer.requires_data else "off", unit="batch")
+        self._importance = {"started": time.perf_counter(), "bar": bar}
+
+    def importance_step(self, batch: Any) -> dict[str, float]:
+        """Feed one batch to the scorer; returns what to log (e.g. ``{"loss": ...}``)."""
+        if self._importance is None:
+            if self.completed("importance"):
+                return {}
+            raise RuntimeError("importance_step before start_importance")
+        scorer = self.settings.importance.scorer
+        metrics = scorer.update(batch) if scorer.requires_data else {}
+        self._importance["bar"].update(**metrics)
+        return metrics
+
+    def finish_importance(self) -> LocalScores:
+        """Sum the scorer's statistics over processes, compute the local scores, record them and save progress."""
+        if self.completed("importance"):
+            return self.state.local
+        if self._importance is None:
+            raise RuntimeError("finish_importance before start_importance")
+        self._importance["bar"].close()
+        scorer = self.settings.importance.scorer
+        scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
+        self.state.local = scorer.compute()
+        self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
+        self._importance = None
+        self._end("importance")
+        self.save_progress()
+        return self.state.local
+
+    def importance(self, batches: Iterable[Any]) -> LocalScores:
+        """The whole importance pass over ``batches`` (multi-crop views, or ``(images, labels)`` for label scorers)."""
+        self.start_importance(len(batches) if hasattr(batches, "__len__") else None)
+        if not self.completed("importance") and self.settings.importance.scorer.requires_data:
+            with eval_mode(self.model):
+                for batch in batches:
+                    self.importance_step(batch)
+        return self.finish_importance()
+
+    # -- stage 2: search -------------------------------------------------------------------------------------
+    def search(self) -> SearchResult:
+        """Search the cross-block coefficients (each DDP rank evaluates its share of every generation); a resumed
+        run continues from its saved progress, in the middle of a generation too."""
+        self._begin("search")
+        s = self.settings.search
+        images = self.fitness_images() if s.max_evaluations > 0 else torch.empty(0)
+        world = self.dist.world_size
+
+        def saved(progress: SearchProgress) -> None:
+            self._search_progress = progress
+            self.save_progress()
+
+        def logged(es, candidates: torch.Tensor, values: torch.Tensor) -> None:
+            if self.events.log_metrics is None:
+                return
+            first = es.evaluations - len(values)
+            for offset, value in enumerate(values.tolist()):
+                self.events.log_metrics({"search/fitness": value}, first + offset)
+            self.events.log_metrics({"search/best_fitness": es.best_fitness, "search/sigma": es.sigma}, es.evaluations)
+
+        with eval_mode(self.model):
+            result = run_search(self.model, images, self._local_scores(), s, rank=self.dist.rank, world_size=world,
+                                all_gather=self.dist.all_gather, resume=self._search_progress, on_progress=saved,
+                                on_generation=logged, progress=self._show())
+        self.state.search = result
+        self.state.timings.search_s = result.seconds
+        self._end("search")
+        return result
+
+    # -- stage 3: splits -------------------------------------------------------------------------------------
+    def choose_splits(self) -> ElasticScores:
+        """Choose the head/MLP split of every cost budget and of the grid (``export.split: fitness``), then write
+        the finished elastic scores to the run directory (rank 0). Returns them."""
+        self._begin("splits")
+        s = self.settings
+        if s.export.split == "fitness" and self.dist.is_main:
+            started = time.perf_counter()
+            with eval_mode(self.model):
+                self.state.splits = choose_splits(self.model, self.fitness_images(), self.elastic_scores(),
+                                                  s.export.budgets, s.search, s.export, self.cost, self._show())
+            self._splits = split_table(self.state.splits)
+            self.state.timings.add("splits", time.perf_counter() - started)
+        scores = self.elastic_scores()
+        if self.run_dir is not None and self.dist.is_main:
+            scores.save(self.run_dir / s.export.scores_file)
+            self.state.scores_file = s.export.scores_file
+        self._end("splits")
+        return scores
+
+    # -- stage 4: export -------------------------------------------------------------------------------------
+    def export(
+        self,
+        budgets: Optional[Sequence[Budget | dict[str, Any] | str]] = None,
+        *,
+        models_dir: Optional[str | Path] = None,
+        overwrite: bool = True,
+        evaluate_dense: bool = True,
+    ) -> list[ExtractedModel]:
+        """Cut every budget from the elastic scores: cut -> correct (``correction.enabled``) -> evaluate
+        (``evaluation.metrics``) -> save, in that order; the dense model is evaluated first. Rank 0 only.
+
+        Args:
+            budgets: the budgets (default ``export.budgets``).
+            models_dir: where each model goes (``<models_dir>/<label>/``); default ``<run_dir>/models`` when
+                ``export.save_models``, else nothing is saved.
+            overwrite: replace models already there (else refuse before any is written).
+            evaluate_dense: also evaluate the dense model (the report's reference row).
+        """
+        self._begin("export")
+        if not self.dist.is_main:
+            self._end("export")
+            return []
+        s = self.settings
+        started = time.perf_counter()
+        before = (self.state.timings.correction_s or 0.0) + (self.state.timings.evaluation_s or 0.0)
+        budgets = s.export.budgets if budgets is None else [Budget.parse(b) for b in budgets]
+        cost = self._cost_for(budgets)
+        correction = None
+        if s.correction.enabled:
+            correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
+        data = self.inputs.evaluation_data(s.evaluation)
+        evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None
+        self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
+        if evaluation is not None and evaluate_dense:
+            with self.state.timings.measure("evaluation"):
+                self.state.dense.metrics = evaluation(self.model)
+        if models_dir is None and self.run_dir is not None and s.export.save_models:
+            models_dir = self.run_dir / "models"
+        with Progress("export", len(budgets), self._show(), unit="model") as bar:
+            def finished(item: ExtractedModel) -> None:
+                bar.update(model=item.label, **{k.removesuffix("_top1"): round(100 * v, 2)
+                                                for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
+
+            self.state.extracted = extract_models(
+                self.model, self.elastic_scores(), budgets, mlp_multiple=s.export.mlp_multiple, correction=correction,
+                evaluation=evaluation, save_dir=models_dir, spec=self.spec, overwrite=overwrite, cost=cost,
+                timings=self.state.timings, on_model=finished, measure_latency=cost.latency is not None,
+            )
+        if models_dir is not None and self.run_dir is not None:
+            for item in self.state.extracted:
+                path = Path(item.checkpoint)
+                if path.is_relative_to(self.run_dir):
+                    item.checkpoint = path.relative_to(self.run_dir).as_posix()
+        post = (self.state.timings.correction_s or 0.0) + (self.state.timings.evaluation_s or 0.0) - before
+        self.state.timings.add("export", time.perf_counter() - started - post)
+        self._end("export")
+        return self.state.extracted
+
+    def _cost_for(self, budgets: Sequence[Budget]) -> CostModel:
+        """The cost model, with the latency table of the target device when a budget asks for latency (measured
+        once, cached in the run directory)."""
+        cost = self.cost
+        if cost.latency is None and any(b.latency is not None for b in budgets):
+            e = self.settings.export
+            cache = e.latency_table or (None if self.run_dir is None else self.run_dir / "latency_table.json")
+            cost.latency = latency_table(self.model, e.latency_batch_size, e.latency_device or self.device, cache,
+                                         mlp_multiple=e.mlp_multiple)
+        return cost
+
+    # -- stage 5: report -------------------------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        """Write ``report.json``, ``report.md`` and ``plots/`` into the run directory (rank 0); returns the report."""
+        self._begin("report")
+        if self.run_dir is None or not self.dist.is_main:
+            self._end("report")
+            return {}
+        s = self.settings.report
+        self.state.timings.total_s = self.state.elapsed()
+        self.state.skipped_files = self.inputs.skipped_files()
+        report = write_report(self.state, self.run_dir, s.print_table, s.plots, self.events.on_figure)
+        if self.events.on_report is not None:
+            self.events.on_report(report)
+        self._end("report")
+        return report
+
+    # -- the whole method ------------------------------------------------------------------------------------
+    def run(self, batches: Optional[Iterable[Any]] = None) -> ElasticScores:
+        """Importance (over ``batches``; skipped when complete or the scorer needs no data), search and splits:
+        the elastic scores."""
+        if not self.completed("importance"):
+            self.importance(batches if batches is not None else [])
+        self.search()
+        return self.choose_splits()
+
+    def elastic_scores(self) -> ElasticScores:
+        """The elastic artifact so far: local scores, the search's coefficients once it ran, the chosen splits.
+
+        Raises:
+            RuntimeError: the importance stage has not run.
+        """
+        search = self.state.search
+        return replace(
+            self._local_scores(), coefficients=None if search is None else search.coefficients,
+            settings={**self.state.method, "export": {"mlp_multiple": self.settings.export.mlp_multiple}},
+            search={} if search is None else search.summary(), splits=self._splits,
+        )
+
+    def _local_scores(self) -> ElasticScores:
+        """The local scores alone (no coefficients, no splits): what the search starts from."""
+        if self.state.local is None:
+            raise RuntimeError("no local scores yet: run the importance stage first")
+        importance = self.settings.importance
+        return ElasticScores(self.state.local.heads, self.state.local.neurons, None, self.spec.to_dict(),
+                             self.state.fingerprint, importance.min_mlp_keep, importance.min_head_keep)
+
+    @classmethod
+    def from_scores(cls, model: nn.Module, scores: ElasticScores, settings: Optional[PipelineSettings] = None,
+                    **options: Any) -> "Pipeline":
+        """A pipeline whose importance, search and splits are those recorded in ``scores`` (e.g. to export more
+        budgets later); ``model`` must hold the weights they were computed on. The keep ratios are the scores';
+        without ``settings``, so is the MLP width rounding (``export.mlp_multiple``).
+
+        Raises:
+            CheckpointError: ``model`` is not the scores' base model.
+        """
+        scores.check_model(model)
+        if settings is None:
+            settings = PipelineSettings()
+            settings.export.mlp_multiple = scores.mlp_multiple
+        settings = replace(settings, importance=replace(settings.importance, min_mlp_keep=scores.min_mlp_keep,
+                                                        min_head_keep=scores.min_head_keep))
+        spec = options.pop("spec", None) or (BackboneSpec.from_dict(scores.base) if scores.base.get("model_name") else None)
+        pipeline = cls(model, settings, spec=spec, **options)
+        pipeline.state.local = LocalScores(scores.head_scores, scores.neuron_scores)
+        pipeline.state.method = {k: v for k, v in scores.settings.items() if k != "export"}
+        if scores.coefficients is not None:
+            pipeline.state.search = SearchResult(scores.coefficients)
+        pipeline._splits = scores.splits
+        pipeline.state.completed = ["importance", "search", "splits"]
+        return pipeline
+
+    # -- resume ----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What an interrupted run needs to continue exactly (tensors, numbers, strings and lists only)."""
+        return {
+            "fingerprint": self.state.fingerprint, "timings": self.state.timings.to_dict(),
+            "elapsed_s": self.state.elapsed(),
+            "local": None if self.state.local is None else self.state.local.to_dict(),
+            "search": None if self._search_progress is None else self._search_progress.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the run ``state`` describes: its local scores (the importance pass is skipped), its search
+        progress, its timings so far.
+
+        Raises:
+            CheckpointError: the base weights are not those the run started with.
+        """
+        saved = state.get("fingerprint")
+        if saved not in (None, self.state.fingerprint):
+            raise CheckpointError(
+                f"the base weights changed since the run started (fingerprint {saved[:12]} != "
+                f"{self.state.fingerprint[:12]}): resume with the weights it started with, or start a new run"
+            )
+        self.state.timings = type(self.state.timings)(**state.get("timings", {}))
+        self.state.elapsed_before = float(state.get("elapsed_s", 0.0))
+        if state.get("local") is not None:
+            self.state.local = LocalScores.from_dict(state["local"])
+            self._end("importance")
+        if state.get("search") is not None:
+            self._search_progress = SearchProgress.from_dict(state["search"])
+
+    def save_progress(self) -> None:
+        """Write the run's progress to ``<run_dir>/resume_state.pt`` (rank 0; nothing without a run directory)."""
+        if self.run_dir is not None and self.dist.is_main:
+            save_resume_state(self.run_dir, self.state_dict())
+
+
+def _architecture_name(model: nn.Module) -> str:
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    return cfg.get("architecture") or type(model).__name__

@@ -1,0 +1,45 @@
+"""Resumable runs: what the pipeline has done, saved atomically in the run directory (``resume_state.pt``).
+
+The driver (:class:`snapvit_pl.pipeline.Pipeline`) writes it when a run starts (nothing done yet), once
+the local scores are complete, and after every round of search evaluations, so a run killed at any
+point loses at most one evaluation per rank (an importance pass cut short restarts). It holds no
+pickled objects: tensors, numbers, strings and lists only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import CheckpointError
+from ..io import atomic_path
+from ..models.loading import UNREADABLE_CHECKPOINT
+
+RESUME_FILE = "resume_state.pt"
+
+
+def save_resume_state(run_dir: str | Path, state: dict[str, Any]) -> None:
+    """Write ``state`` (a :meth:`Pipeline.state_dict`) to ``run_dir/resume_state.pt`` atomically."""
+    with atomic_path(Path(run_dir) / RESUME_FILE) as tmp:
+        torch.save(state, tmp)
+
+
+def load_resume_state(run_dir: str | Path) -> dict[str, Any]:
+    """Read the resume state of ``run_dir``; ``CheckpointError`` if missing or unreadable."""
+    path = Path(run_dir) / RESUME_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path} not found: {run_dir} is not an interrupted prune.py run (nothing to resume)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except UNREADABLE_CHECKPOINT as err:
+        raise CheckpointError(f"{path} is unreadable ({str(err).splitlines()[0][:200]}); start the run again") from err
+
+
+def has_progress(run_dir: str | Path) -> bool:
+    """Whether an interrupted run in ``run_dir`` saved any stage's progress (worth resuming)."""
+    try:
+        state = load_resume_state(run_dir)
+    except CheckpointError:
+        return False
+    return state.get("local") is not None or state.get("search") is not None

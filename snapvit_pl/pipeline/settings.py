@@ -1,0 +1,126 @@
+"""Every setting of a pruning run, one dataclass per stage: the one home of each default.
+
+The field names are the YAML keys of ``prune.py`` (``search.max_evaluations``, ``export.budgets``, ...);
+the library functions take these objects, so a default is written once, here or in the stage's own
+layer (:class:`snapvit_pl.search.SearchSettings`, :class:`snapvit_pl.correction.CorrectionSettings`,
+:class:`snapvit_pl.eval.EvaluationSettings`), and re-exported together as :class:`PipelineSettings`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from ..correction import CorrectionSettings
+from ..elastic.budget import Budget, default_budgets
+from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
+from ..errors import ConfigError
+from ..eval.suite import EvaluationSettings
+from ..scoring import Scorer, SSLFisher
+from ..search.settings import SearchSettings
+
+
+@dataclass
+class ImportanceSettings:
+    """Which local score, and how much of each block is protected from pruning.
+
+    Args:
+        scorer: any :class:`snapvit_pl.scoring.Scorer` (default ``SSLFisher()``, label-free).
+        min_mlp_keep: share of each block's MLP neurons never pruned.
+        min_head_keep: share of each block's heads never pruned.
+    """
+
+    scorer: Optional[Scorer] = None
+    min_mlp_keep: float = MIN_MLP_KEEP
+    min_head_keep: float = MIN_HEAD_KEEP
+
+    def __post_init__(self) -> None:
+        if self.scorer is None:
+            self.scorer = SSLFisher()
+        for name in ("min_mlp_keep", "min_head_keep"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"importance.{name} must lie in [0, 1], got {getattr(self, name)}")
+
+    def scorer_record(self) -> dict[str, Any]:
+        """The scorer's name and constructor arguments, for the record."""
+        return {"name": self.scorer.name, **self.scorer.config()}
+
+
+@dataclass
+class ExportSettings:
+    """Which pruned models a run writes, and how cost budgets divide between heads and MLP neurons.
+
+    Args:
+        budgets: budgets as dicts of :class:`snapvit_pl.elastic.Budget` fields, e.g.
+            ``{"mlp_ratio": 0.35, "head_ratio": 0.2}``, ``{"sparsity": 0.4}``, ``{"flops": 0.5}``,
+            ``{"params": 20e6}``, ``{"latency": 12.5}``; default: 10%, 20%, ... 60% of the parameters removed
+            (``{"sparsity": 0.1}`` ...). Parsed once into ``Budget`` objects.
+        mlp_multiple: round MLP widths to this multiple (8 or 16 suit most hardware).
+        split: how a sparsity / params / FLOPs budget is divided between heads and MLP neurons:
+            ``fitness`` tries ``split_candidates`` head ratios around the schedule's and keeps the one
+            whose sub-network drifts least from the dense embeddings, for every budget asked for and for a
+            grid of parameter and FLOPs budgets (every ``split_grid`` of the dense cost), all recorded in the
+            elastic scores so that any later budget interpolates between them; ``schedule`` always uses
+            ``head_ratio = mlp_ratio - 0.15``. Ratio pairs fix their own split.
+        split_candidates: head ratios tried per budget with ``split: fitness``.
+        split_step: spacing of those head ratios.
+        split_grid: spacing of the grid of kept parameter and FLOPs fractions (0: only the budgets asked for).
+        latency_batch_size: batch size of the latency table (for ``{"latency": ms}`` budgets).
+        latency_device: device of the latency table (default: the run's device).
+        latency_table: the latency table's JSON file, reused when it was measured for this architecture, device
+            and batch size, else measured and written (default: ``latency_table.json`` in the run directory).
+        save_models: write the pruned checkpoints (else only the scores and the report).
+        scores_file: file name of the elastic artifact in the run directory.
+    """
+
+    budgets: Optional[list[dict[str, Any]]] = None
+    mlp_multiple: int = 1
+    split: Literal["fitness", "schedule"] = "fitness"
+    split_candidates: int = 7
+    split_step: float = 0.1
+    split_grid: float = 0.1
+    latency_batch_size: int = 64
+    latency_device: Optional[str] = None
+    latency_table: Optional[str] = None
+    save_models: bool = True
+    scores_file: str = "elastic_scores.safetensors"
+
+    def __post_init__(self) -> None:
+        if self.mlp_multiple < 1:
+            raise ConfigError(f"export.mlp_multiple must be >= 1, got {self.mlp_multiple}")
+        if self.split not in ("fitness", "schedule") or self.split_candidates < 1:
+            raise ConfigError(f"export.split must be 'fitness' or 'schedule' (got {self.split!r}) and "
+                              f"split_candidates >= 1 (got {self.split_candidates})")
+        if not 0 < self.split_step < 1 or not 0 <= self.split_grid < 1:
+            raise ConfigError(f"export.split_step must lie in (0, 1) (got {self.split_step}) and split_grid in [0, 1) "
+                              f"(got {self.split_grid})")
+        # the one place budgets are parsed: a malformed one fails here, before any work
+        self.budgets = default_budgets() if self.budgets is None else [Budget.parse(b) for b in self.budgets]
+
+
+@dataclass
+class ReportSettings:
+    """What the report shows (report.json and report.md are always written).
+
+    Args:
+        print_table: print the summary table at the end of the run.
+        plots: write the figures into ``plots/`` (and TensorBoard) and embed them in ``report.md``.
+    """
+
+    print_table: bool = True
+    plots: bool = True
+
+
+@dataclass
+class PipelineSettings:
+    """All the stages' settings: what a :class:`snapvit_pl.pipeline.Pipeline` runs with."""
+
+    importance: ImportanceSettings = field(default_factory=ImportanceSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    export: ExportSettings = field(default_factory=ExportSettings)
+    correction: CorrectionSettings = field(default_factory=CorrectionSettings)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    report: ReportSettings = field(default_factory=ReportSettings)
+
+    def record(self) -> dict[str, Any]:
+        """How the scores are computed, JSON-ready (recorded in the elastic scores and the report)."""
+        return {"scorer": self.importance.scorer_record(), "search": self.search.to_dict()}

@@ -1,0 +1,71 @@
+"""The run's numbers as tables: the console summary and report.md's table share these rows and columns."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..eval.suite import THROUGHPUT_KEY
+
+#: Metrics shown in the tables and plots (short column label, full name); everything else stays in report.json.
+TABLE_METRICS = {
+    "knn_top1": ("k-NN", "weighted k-NN top-1"), "linear_top1": ("linear", "linear-probe top-1"),
+    "head_top1": ("head", "own-head top-1"), "seg_miou": ("seg", "segmentation mIoU"),
+    THROUGHPUT_KEY: ("img/s", "images per second"),
+}
+
+
+def metric_names(report: dict[str, Any]) -> list[str]:
+    """The table metrics some model of the report has, in table order."""
+    present = set(report["dense"].get("metrics") or {})
+    for entry in report["pruned"]:
+        present |= set(entry.get("metrics") or {})
+    return [m for m in TABLE_METRICS if m in present]
+
+
+def human(count: float, reference: Optional[float] = None) -> str:
+    """A count with the unit of ``reference`` (default: its own): ``678730`` -> ``679k``; with the dense model's
+    ``72267648`` as reference, ``29600000`` -> ``29.6M``. Three significant digits."""
+    unit, suffix = next(((u, s) for u, s in ((1e9, "G"), (1e6, "M"), (1e3, "k")) if abs(reference or count) >= u), (1, ""))
+    value = count / unit
+    digits = 3 if abs(value) < 1 else 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
+    return f"{value:.{digits}f}{suffix}"
+
+
+def format_metric(metric: str, value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if metric == THROUGHPUT_KEY else f"{100 * value:.2f}"
+
+
+def rows(report: dict[str, Any]) -> list[list[str]]:
+    """One row per model: name, ratios, params (share of dense), FLOPs (share), then the table metrics."""
+    dense = report["dense"]
+    metrics = metric_names(report)
+    out = []
+    for name, entry, ratios in [("dense", dense, "-")] + [
+        (e["label"], e, f"{e['mlp_ratio']:.2f}/{e['head_ratio']:.2f}") for e in report["pruned"]
+    ]:
+        out.append([
+            name, ratios, f"{human(entry['params'], dense['params'])} {entry['params'] / dense['params']:.0%}",
+            f"{human(entry['flops'], dense['flops'])} {entry['flops'] / dense['flops']:.0%}",
+            *[format_metric(m, (entry.get("metrics") or {}).get(m)) for m in metrics],
+        ])
+    return out
+
+
+def columns(report: dict[str, Any]) -> list[str]:
+    return ["model", "mlp/head", "params", "FLOPs"] + [TABLE_METRICS[m][0] for m in metric_names(report)]
+
+
+def summary_table(report: dict[str, Any]):
+    """A rich table, one row per model; it fits 100 columns and folds (never cuts) cells when narrower."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"snapvit-pl: {report['model']['model_name']}", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  caption="accuracies in %; ratios: share of MLP neurons / heads removed")
+    for column in columns(report):  # the model label never folds; the numbers fold (never cut) when too narrow
+        table.add_column(column, justify="left" if column == "model" else "right", overflow="fold",
+                         no_wrap=column == "model")
+    for row in rows(report):
+        table.add_row(*row)
+    return table

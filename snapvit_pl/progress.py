@@ -1,0 +1,130 @@
+"""Progress of long stages: a bar in a terminal, plain log lines in a cluster log, a pipe or a file.
+
+Every stage that takes long (importance, search, split choice, correction, evaluation) reports through
+:class:`Progress`. Where it goes depends on ``mode``:
+
+- ``auto`` (default): a tqdm bar when standard error is a terminal, else log lines;
+- ``bar``, ``lines``: always that;
+- ``off``: nothing.
+
+A log line is written at most every ``interval`` seconds (and once when the stage ends), e.g.::
+
+    [snapvit] search: 40/150 (27%), elapsed 0:31, ETA 1:25, best 0.0421, sigma 0.45
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Literal, Optional, TextIO
+
+ProgressMode = Literal["auto", "bar", "lines", "off"]
+MODES = ("auto", "bar", "lines", "off")
+#: Seconds between two log lines of one stage (``SNAPVIT_PROGRESS_INTERVAL`` overrides it).
+LINE_INTERVAL = 10.0
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def _format(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _plural(unit: str) -> str:
+    return unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
+
+
+def resolve_mode(mode: ProgressMode | bool, stream: Optional[TextIO] = None) -> str:
+    """``bar``, ``lines`` or ``off`` for a mode (``True`` means ``auto``, ``False`` means ``off``)."""
+    if mode is True:
+        mode = "auto"
+    elif mode is False or mode is None:
+        mode = "off"
+    if mode not in MODES:
+        raise ValueError(f"progress mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode != "auto":
+        return mode
+    stream = stream or sys.stderr
+    return "bar" if hasattr(stream, "isatty") and stream.isatty() else "lines"
+
+
+class Progress:
+    """Progress of one stage (see the module docstring); use as a context manager or call :meth:`close`.
+
+    Args:
+        stage: the stage's name, printed first (``importance``, ``search``, ...).
+        total: steps expected (None: unknown; no percentage or ETA then).
+        mode: ``auto``, ``bar``, ``lines`` or ``off`` (``True``/``False``: ``auto``/``off``).
+        unit: what a step is (``batch``, ``eval``, ``model``).
+        initial: steps already done (a resumed stage).
+        interval: seconds between log lines (default :data:`LINE_INTERVAL`).
+        stream: where lines and bars go (default standard error).
+    """
+
+    def __init__(self, stage: str, total: Optional[int] = None, mode: ProgressMode | bool = "auto", *,
+                 unit: str = "it", initial: int = 0, interval: Optional[float] = None,
+                 stream: Optional[TextIO] = None):
+        self.stage, self.total, self.unit = stage, total, unit
+        self.stream = stream or sys.stderr
+        self.mode = resolve_mode(mode, self.stream)
+        self.done, self.initial = initial, initial
+        self.fields: dict[str, Any] = {}
+        self.interval = interval if interval is not None else float(os.environ.get("SNAPVIT_PROGRESS_INTERVAL", LINE_INTERVAL))
+        self.started = time.perf_counter()
+        self._last_line = self.started
+        self._bar = None
+        if self.mode == "bar":
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, initial=initial, desc=stage, unit=unit, dynamic_ncols=True, file=self.stream)
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def update(self, steps: int = 1, **fields: Any) -> None:
+        """``steps`` more done; ``fields`` (e.g. ``best=0.042``) are shown next to the count from now on."""
+        self.done += steps
+        self.fields.update(fields)
+        if self._bar is not None:
+            self._bar.update(steps)
+            if fields:
+                self._bar.set_postfix({k: _format(v) for k, v in self.fields.items()}, refresh=False)
+        elif self.mode == "lines" and time.perf_counter() - self._last_line >= self.interval:
+            self._line()
+
+    def set(self, **fields: Any) -> None:
+        """Show ``fields`` without a step."""
+        self.update(0, **fields)
+
+    def close(self) -> None:
+        """End the stage: the bar closes; in ``lines`` mode a last line says it is done."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        elif self.mode == "lines" and self.started is not None:
+            self._line(finished=True)
+        self.mode = "off"
+
+    def _line(self, finished: bool = False) -> None:
+        now = time.perf_counter()
+        elapsed = now - self.started
+        count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
+        parts = [f"{count} {self.unit if self.done == 1 else _plural(self.unit)}"]
+        if self.total:
+            parts[0] += f" ({100 * self.done / self.total:.0f}%)"
+        parts.append(f"elapsed {_clock(elapsed)}")
+        new = self.done - self.initial
+        if finished:
+            parts.append("done")
+        elif self.total and new > 0:
+            parts.append(f"ETA {_clock(elapsed / new * (self.total - self.done))}")
+        parts += [f"{k} {_format(v)}" for k, v in self.fields.items()]
+        print(f"[snapvit] {self.stage}: " + ", ".join(parts), file=self.stream, flush=True)
+        self._last_line = now

@@ -1,0 +1,110 @@
+"""The search's settings and its optimiser registry: the one home of every search default."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Optional
+
+import torch
+
+from ..errors import ConfigError
+from .base import EvolutionStrategy
+from .snes import SNES
+from .xnes import XNES
+
+#: The optimisers ``search.optimizer`` names.
+OPTIMIZERS: dict[str, type[EvolutionStrategy]] = {"snes": SNES, "xnes": XNES}
+
+#: (mlp_ratio, head_ratio) pairs the fitness averages over (METHOD section 2).
+DEFAULT_SPARSITY_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.35, 0.2), (0.55, 0.4), (0.65, 0.5))
+
+
+@dataclass
+class SearchSettings:
+    """How the coefficients are searched, and the fitness every candidate (and every split) is judged by.
+
+    The paper's settings are ``SearchSettings.paper()``: xNES, step size 1 on the coefficients
+    themselves, the default population, 50 evaluations. The defaults here differ where the paper's
+    barely move in short budgets (see docs/method.md): a separable NES whose step sizes adapt within
+    tens of generations, searching the logarithms of the coefficients (step 0.5, i.e. factors of about
+    e^0.5), 8 candidates per generation, 150 evaluations.
+
+    Args:
+        optimizer: ``snes`` (separable NES) or ``xnes`` (the paper's full-covariance xNES).
+        max_evaluations: fitness evaluations (candidates); 0 keeps the initial coefficients.
+        max_time: wall-clock limit of the search in seconds (None: none); the search stops before
+            a generation it predicts would end past the limit.
+        popsize: candidates per generation (None: ``4 + floor(3 ln D)``, the NES papers' choice; 8 gives a
+            short search more generations).
+        sigma: initial step size (on the log coefficients with ``parametrization: log``).
+        parametrization: ``log`` searches log |coefficient| (multiplicative steps), ``linear`` the
+            coefficient itself (the paper; the unit score uses its absolute value).
+        seed: seed of the search (identical on every DDP rank).
+        num_images: images of the fitness set (plain views of the pruning data); also judge the splits.
+        batch_size: forward batch size of the fitness.
+        pca_components: PCA dimension of the embeddings (at most ``num_images``).
+        sparsity_pairs: (mlp_ratio, head_ratio) pairs averaged by the fitness.
+        initial_range: the initial coefficients go linearly from the first to the last block.
+    """
+
+    optimizer: Literal["snes", "xnes"] = "snes"
+    max_evaluations: int = 150
+    max_time: Optional[float] = None
+    popsize: Optional[int] = 8
+    sigma: float = 0.5
+    parametrization: Literal["log", "linear"] = "log"
+    seed: int = 0
+    num_images: int = 1000
+    batch_size: int = 64
+    pca_components: int = 192
+    sparsity_pairs: list[tuple[float, float]] = field(default_factory=lambda: [tuple(p) for p in DEFAULT_SPARSITY_PAIRS])
+    initial_range: tuple[float, float] = (1.2, 0.8)
+
+    def __post_init__(self) -> None:
+        problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in
+                    (("max_evaluations", 0), ("num_images", 1), ("batch_size", 1), ("pca_components", 1))
+                    if getattr(self, name) < low]
+        if self.pca_components > self.num_images >= 1:
+            problems.append(f"pca_components {self.pca_components} exceeds num_images {self.num_images} (a PCA of N "
+                            f"images has at most N components); lower pca_components or raise num_images")
+        if self.optimizer not in OPTIMIZERS:
+            problems.append(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.parametrization not in ("log", "linear"):
+            problems.append(f"parametrization must be 'log' or 'linear', got {self.parametrization!r}")
+        if self.max_time is not None and not self.max_time > 0:
+            problems.append(f"max_time must be a positive number of seconds (or null), got {self.max_time}")
+        if self.popsize is not None and self.popsize < 2:
+            problems.append(f"popsize must be >= 2 (or null for the default), got {self.popsize}")
+        if not (self.sigma > 0 and math.isfinite(self.sigma)):
+            problems.append(f"sigma must be a positive number, got {self.sigma}")
+        if not self.sparsity_pairs:
+            problems.append("sparsity_pairs must hold at least one (mlp_ratio, head_ratio) pair")
+        if self.parametrization == "log" and min(self.initial_range) <= 0:
+            problems.append(f"initial_range must be positive with parametrization log, got {list(self.initial_range)}")
+        if problems:
+            raise ConfigError("search: " + "; ".join(problems))
+        self.sparsity_pairs = [tuple(float(v) for v in pair) for pair in self.sparsity_pairs]
+        self.initial_range = tuple(float(v) for v in self.initial_range)
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> "SearchSettings":
+        """The paper's search (METHOD section 2): xNES on the coefficients, sigma 1, default population."""
+        return cls(**{"optimizer": "xnes", "sigma": 1.0, "parametrization": "linear", "popsize": None,
+                      "max_evaluations": 50, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready settings (the record in the report and the elastic artifact)."""
+        return {k: list(map(list, v)) if k == "sparsity_pairs" else (list(v) if isinstance(v, tuple) else v)
+                for k, v in asdict(self).items()}
+
+    def strategy(self, coefficients: torch.Tensor) -> EvolutionStrategy:
+        """The optimiser, started at ``coefficients`` (in the search's parametrization)."""
+        return OPTIMIZERS[self.optimizer](self.to_search_space(coefficients), sigma=self.sigma, popsize=self.popsize,
+                                          seed=self.seed)
+
+    def to_search_space(self, coefficients: torch.Tensor) -> torch.Tensor:
+        return coefficients.double().abs().log() if self.parametrization == "log" else coefficients.double()
+
+    def to_coefficients(self, x: torch.Tensor) -> torch.Tensor:
+        """A point of the search space as coefficients (float32)."""
+        return (x.exp() if self.parametrization == "log" else x).float()

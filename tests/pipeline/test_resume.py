@@ -1,0 +1,64 @@
+import pytest
+import torch
+
+from families import FAMILIES
+from snapvit_pl.errors import CheckpointError
+from snapvit_pl.models import load_backbone
+from snapvit_pl.pipeline import ImportanceSettings, Pipeline, PipelineSettings, SearchSettings, TensorInputs
+from snapvit_pl.pipeline.resume import RESUME_FILE, has_progress, load_resume_state
+from snapvit_pl.scoring import Magnitude
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return load_backbone(FAMILIES["augreg_vit"])
+
+
+def _pipeline(model, run_dir, evaluations=4):
+    settings = PipelineSettings(importance=ImportanceSettings(Magnitude()),
+                                search=SearchSettings(max_evaluations=evaluations, popsize=2, num_images=8,
+                                                      pca_components=4, batch_size=8))
+    images = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    return Pipeline(model, settings, inputs=TensorInputs(images), run_dir=run_dir, progress="off")
+
+
+def test_a_run_that_did_nothing_yet_is_not_progress(model, tmp_path):
+    pipeline = _pipeline(model, tmp_path)
+    pipeline.save_progress()
+    assert (tmp_path / RESUME_FILE).exists() and not has_progress(tmp_path)
+    pipeline.importance([])
+    assert has_progress(tmp_path) and load_resume_state(tmp_path)["local"] is not None
+    assert not has_progress(tmp_path / "nowhere")
+
+
+def test_a_resumed_pipeline_continues_to_the_uninterrupted_result(model, tmp_path):
+    reference = _pipeline(model, tmp_path / "reference", evaluations=8)
+    expected = reference.run()
+    partial = _pipeline(model, tmp_path / "run", evaluations=4)  # an interrupted run: 4 of 8 evaluations
+    partial.importance([])
+    partial.search()
+    state = load_resume_state(tmp_path / "run")
+    state["timings"]["scoring_s"] = 12.5
+    resumed = _pipeline(model, tmp_path / "run", evaluations=8)
+    resumed.load_state_dict(state)
+    assert resumed.completed("importance") and resumed.state.timings.scoring_s == 12.5
+    scores = resumed.run()  # the importance pass is skipped, the search continues from evaluation 4
+    assert resumed.state.search.resumed_at == 4 and torch.equal(scores.coefficients, expected.coefficients)
+
+
+def test_other_base_weights_are_refused(model, tmp_path):
+    pipeline = _pipeline(model, tmp_path)
+    state = pipeline.state_dict()
+    state["fingerprint"] = "0" * 64
+    with pytest.raises(CheckpointError, match="base weights changed since the run started"):
+        pipeline.load_state_dict(state)
+
+
+def test_stages_refuse_to_run_out_of_order(model, tmp_path):
+    pipeline = _pipeline(model, tmp_path)
+    with pytest.raises(RuntimeError, match="after importance"):
+        pipeline.search()
+    pipeline.importance([])
+    with pytest.raises(RuntimeError, match="after search, splits"):
+        pipeline.export()
