@@ -88,9 +88,10 @@ def machine_info() -> dict[str, Any]:
 
 
 def rounded(value: Any, digits: int = 4) -> Any:
-    """Floats rounded (recursively through dicts and lists), for the JSON record."""
+    """Floats rounded to ``digits`` decimals, or to ``digits`` significant digits below 1 (per-image costs keep
+    their precision), recursively through dicts and lists, for the JSON record."""
     if isinstance(value, float):
-        return round(value, digits)
+        return float(f"{value:.{digits}g}") if abs(value) < 1 else round(value, digits)
     if isinstance(value, dict):
         return {k: rounded(v, digits) for k, v in value.items()}
     if isinstance(value, list):

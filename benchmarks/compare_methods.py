@@ -1,4 +1,4 @@
-"""SnapViT (ours) against the baseline scorers at the paper's pairs, on the development models, over seeds.
+"""Every scorer through the same pipeline, the same head/MLP split machinery and the same correction.
 
     python benchmarks/compare_methods.py --threads 1                        # the full run (see --help for sizes)
     python benchmarks/compare_methods.py --split holdout --seeds 0,1,2       # for choosing defaults: never the test split
@@ -6,25 +6,28 @@
 
 Every method runs through the pipeline ``prune.py`` runs (:mod:`snapvit_pl.pipeline`), with the
 settings of ``configs/prune/demo.yaml`` read by ``prune.py``'s own parser; a seed sets the pruning
-data subset, its multi-crop views and the search seed, as ``--data.init_args.seed`` and
-``--search.seed`` do. Methods (no retraining, no weight correction):
+data subset (and the views and probes drawn from it) and the search seed, as ``--data.init_args.seed``
+and ``--search.seed`` do. Each method's scores are cut at the parameter count of each of the paper's
+(mlp, head) pairs, and every method's split of that count between heads and MLP neurons is chosen by
+the same fitness on its own scores (``export.split: fitness``, what ``prune.py`` does); ``--cut pairs``
+is the ablation that cuts the pairs as given (the fixed schedule). Methods:
 
-- ``ours``: SSL-Fisher local scores + the coefficient search (the default ``prune.py`` run), cut at each pair;
-- ``ours_split``: the same scores, cut at each pair's parameter count with the head/MLP split chosen by the
-  fitness (``export.split: fitness``, what ``prune.py`` does for a sparsity / params / FLOPs budget);
-- ``paper_search``: the same local scores with the paper's search (xNES, sigma 1 on the coefficients, default
-  population, 50 evaluations; ``SearchSettings.paper()``) on the same fitness images;
-- ``ssl_fisher``: the same local scores with the initial coefficients (``search.max_evaluations: 0``);
-- ``label_fisher`` (needs labels), ``snip_magnitude``, ``lamp``, ``magnitude``, ``random``: the other scorers,
-  with the initial coefficients (``--baseline-coefficients none``: local scores alone);
-- ``label_fisher_split``, ``snip_magnitude_split``: those two with the fitness-chosen split of ``ours_split``
-  (what the split alone is worth).
+- ``ours``: the default ``prune.py`` run (the config's scorer, :class:`OutputSensitivity`, and its search
+  settings: no coefficient search);
+- ``snapvit``: SnapViT's SSL-Fisher with this project's coefficient search (``SearchSettings.snapvit()``,
+  the default before issue 23); ``paper_search``: the same scores with the paper's xNES (``SearchSettings.paper()``);
+  ``ssl_fisher``: the same scores, no search;
+- ``label_fisher`` (needs labels), ``snip_magnitude``, ``taylor`` (Torch-Pruning's group Taylor with the
+  self-supervised loss), ``activation`` (Minitron / ModelOpt), ``wanda_sp``, ``flap``, ``lamp``, ``magnitude``,
+  ``random``: the other scorers, with the coefficients ``prune.py`` gives a scorer without search.
 
-``lamp`` and ``magnitude`` read only the weights: they run once, whatever the seeds. Each pruned model
-gets own-head, linear-probe and weighted k-NN top-1 on ``--val-samples`` images of the test split
-(``--split test``, default: all 10 000) or of a held-out part of the train split disjoint from the
-k-NN memory (``--split holdout``: what defaults are chosen on). Writes
-``benchmarks/results/compare_methods[_<split>].{md,json,png}`` (``--quick``: ``compare_methods_quick.*``).
+``--correction both`` (default) evaluates every model as cut and after the SparseGPT-style correction
+(``--correction.enabled true``, the same calibration images for every method): two tables. ``lamp`` and
+``magnitude`` read only the weights: they run once, whatever the seeds. Each pruned model gets own-head,
+linear-probe and weighted k-NN top-1 on ``--val-samples`` images of the test split (``--split test``,
+default: all 10 000) or of a held-out part of the train split disjoint from the k-NN memory (``--split
+holdout``: what defaults are chosen on). Writes ``benchmarks/results/compare_methods[_<split>].{md,json}``
+and plots of accuracy against parameters (``.png``) and FLOPs (``_flops.png``).
 """
 from __future__ import annotations
 
@@ -51,22 +54,23 @@ from snapvit_pl.eval.suite import EvalData  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
 from snapvit_pl.pipeline import (  # noqa: E402
-    Evaluation, EvaluationSettings, SearchSettings, choose_splits, extract_models, local_importance, run_search,
+    Correction, Evaluation, EvaluationSettings, SearchSettings, choose_splits, extract_models, local_importance, run_search,
     scoring_views, split_table,
 )
 from snapvit_pl.scoring import build_scorer  # noqa: E402
 
-METHODS = {  # name -> (scorer, search: False / "default" / "paper", uses the data)
-    "ours": ("ssl_fisher", "default", True), "ours_split": ("ssl_fisher", "default", True),
-    "paper_search": ("ssl_fisher", "paper", True), "ssl_fisher": ("ssl_fisher", False, True),
-    "label_fisher": ("label_fisher", False, True), "snip_magnitude": ("snip_magnitude", False, True),
-    "lamp": ("lamp", False, False), "magnitude": ("magnitude", False, False), "random": ("random", False, True),
-    # the baselines given our fitness-chosen split too (what the split alone is worth)
-    "label_fisher_split": ("label_fisher", False, True), "snip_magnitude_split": ("snip_magnitude", False, True),
+METHODS = {  # name -> (scorer, search: None / "config" / "snapvit" / "paper", uses the data)
+    "ours": (None, "config", True),  # the config's scorer and search: what python prune.py does
+    "snapvit": ("ssl_fisher", "snapvit", True), "paper_search": ("ssl_fisher", "paper", True),
+    "ssl_fisher": ("ssl_fisher", None, True), "label_fisher": ("label_fisher", None, True),
+    "snip_magnitude": ("snip_magnitude", None, True), "taylor": ("taylor", None, True),
+    "activation": ("activation", None, True), "wanda_sp": ("wanda_sp", None, True), "flap": ("flap", None, True),
+    "lamp": ("lamp", None, False), "magnitude": ("magnitude", None, False), "random": ("random", None, True),
 }
+#: the methods of a full run (``--methods`` for the others)
+DEFAULT_METHODS = ("ours", "snapvit", "label_fisher", "snip_magnitude", "taylor", "activation", "wanda_sp", "flap")
 REPORTED = [("head_top1", "own-head top-1"), ("linear_top1", "linear-probe top-1"), ("knn_top1", "k-NN top-1")]
-RIVALS = ("snip_magnitude", "label_fisher")  # the baselines the goal names
-DEFAULT_METHOD = "ours_split"  # what python prune.py does (drawn bold)
+DEFAULT_METHOD = "ours"  # what python prune.py does (drawn bold)
 EVALUATION_SEED = 0  # data seed of the k-NN memory / probe subset (and the holdout), whatever the seeds measured
 
 
@@ -74,20 +78,23 @@ EVALUATION_SEED = 0  # data seed of the k-NN memory / probe subset (and the hold
 class Settings:
     models: list[str] = field(default_factory=lambda: list(MODELS))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
     pairs: list[tuple[float, float]] = field(default_factory=lambda: list(PAPER_PAIRS))
     split: str = "test"
     train_samples: int = 10000
     val_samples: Optional[int] = None  # None: the whole split (test: 10 000 images)
-    baseline_coefficients: str = "initial"
+    cut: str = "split"  # split: each pair's parameter count, split by the fitness; pairs: the pairs as given
+    correction: str = "both"  # off / on / both: the models as cut, after the correction, or both
+    search_evaluations: Optional[int] = None  # evaluations of the snapvit / paper searches (None: their own)
     overrides: list[str] = field(default_factory=list)  # extra prune.py overrides (e.g. search settings)
 
     def quick(self) -> "Settings":
-        methods = ["ours", "ours_split", "magnitude"] if self.methods == list(METHODS) else self.methods
+        methods = ["ours", "snapvit", "magnitude"] if self.methods == list(DEFAULT_METHODS) else self.methods
         return replace(self, models=self.models[:1], seeds=[0], methods=methods, pairs=[PAPER_PAIRS[3]],
-                       train_samples=300, val_samples=200,
-                       overrides=self.overrides + ["--data.init_args.max_samples=64", "--search.max_evaluations=4",
-                                                   "--search.num_images=64", "--search.pca_components=16"])
+                       train_samples=300, val_samples=200, search_evaluations=4,
+                       overrides=self.overrides + ["--data.init_args.max_samples=64",
+                                                   "--search.num_images=64", "--search.pca_components=16",
+                                                   "--correction.num_samples=32"])
 
 
 def evaluation_data(setup: PruneSetup, settings: Settings, batch_size: int = 256) -> EvalData:
@@ -121,41 +128,52 @@ class CachedEvaluation(Evaluation):
         return self.cache[key]
 
 
-def method_scores(method: str, setup: PruneSetup, seed: int, coefficients: str, log: Progress,
-                  shared: dict[str, Any]) -> tuple[ElasticScores, dict[str, Any]]:
-    """The elastic scores of one method, computed as prune.py computes them; SSL-Fisher scores are shared."""
+def method_scores(method: str, setup: PruneSetup, log: Progress, shared: dict[str, Any],
+                  search_evaluations: Optional[int] = None) -> tuple[ElasticScores, dict[str, Any]]:
+    """The elastic scores of one method, computed as prune.py computes them; local scores shared between methods
+    (``shared``); ``search_evaluations`` overrides the evaluations of the snapvit / paper searches."""
     name, searched, _ = METHODS[method]
-    info: dict[str, Any] = {}
+    config_scorer = setup.importance.scorer
+    name = name or config_scorer.name
+    info: dict[str, Any] = {"scorer": name}
     started = time.perf_counter()
     if name not in shared:
-        config_scorer = setup.importance.scorer
-        kwargs = {"snip_magnitude": {"n_global": getattr(config_scorer, "n_global", 2)}, "random": {"seed": seed}}.get(name, {})
+        kwargs = {"snip_magnitude": {"n_global": getattr(config_scorer, "n_global", 2)}, "random": {"seed": setup.search.seed},
+                  "sensitivity": {"seed": setup.search.seed}}.get(name, {})
         scorer = config_scorer if name == config_scorer.name else build_scorer(name, **kwargs)
         dm = setup.datamodule
         dm.train_views = scoring_views(scorer)
         shared[name] = local_importance(scorer, setup.model, dm.train_dataloader() if scorer.requires_data else [])
         info["scoring_s"] = time.perf_counter() - started
     local = shared[name]
-    blocks = len(local.heads)
     scores = ElasticScores(local.heads, local.neurons, None, setup.spec.to_dict(), fingerprint(setup.model),
                            setup.importance.min_mlp_keep, setup.importance.min_head_keep)
-    if searched and f"search/{searched}" in shared:
-        scores.coefficients, info["search"] = shared[f"search/{searched}"]
-    elif searched:
+    search = setup.search
+    if searched in ("snapvit", "paper"):
+        preset = SearchSettings.snapvit if searched == "snapvit" else SearchSettings.paper
+        search = preset(seed=search.seed, num_images=search.num_images, batch_size=search.batch_size,
+                        pca_components=search.pca_components, sparsity_pairs=search.sparsity_pairs,
+                        **({"max_evaluations": search_evaluations} if search_evaluations else {}))
+    if searched and search.max_evaluations and f"search/{name}/{searched}" in shared:
+        scores.coefficients, info["search"] = shared[f"search/{name}/{searched}"]
+    elif searched and search.max_evaluations:
         started = time.perf_counter()
-        images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
-        search = setup.search if searched == "default" else SearchSettings.paper(
-            seed=setup.search.seed, num_images=setup.search.num_images, batch_size=setup.search.batch_size,
-            pca_components=setup.search.pca_components, sparsity_pairs=setup.search.sparsity_pairs)
-        result = run_search(setup.model, images, scores, search)
+        result = run_search(setup.model, fitness_images(setup, shared), scores, search)
         scores.coefficients = result.coefficients
-        shared[f"search/{searched}"] = (result.coefficients, result.summary())
+        shared[f"search/{name}/{searched}"] = (result.coefficients, result.summary())
         info.update(search=result.summary(), search_s=time.perf_counter() - started)
         log(f"  search: {result.evaluations} evaluations, fitness {result.initial_fitness:.4f} -> "
             f"{result.best_fitness:.4f} ({info['search_s']:.1f}s)")
-    elif coefficients == "initial":
-        scores.coefficients = initial_coefficients(blocks, [len(h) for h in local.heads], *setup.search.initial_range)
+    else:  # what prune.py does without a search: the search's initial coefficients
+        scores.coefficients = initial_coefficients(len(local.heads), [len(h) for h in local.heads], *search.initial_range)
     return scores, info
+
+
+def fitness_images(setup: PruneSetup, shared: dict[str, Any]) -> torch.Tensor:
+    """The search's fitness images (plain views of the pruning data), decoded once per seed."""
+    if "fitness_images" not in shared:
+        shared["fitness_images"] = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
+    return shared["fitness_images"]
 
 
 def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: bool) -> dict[str, Any]:
@@ -182,35 +200,43 @@ def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: boo
                 entry["search_settings"] = setup.search.to_dict()
                 entry["scorer"] = setup.importance.scorer_record()
             if not dense_done:
-                entry["dense"] = {"params": sum(p.numel() for p in setup.model.parameters()), **evaluation(setup.model)}
+                dense_cost = CostModel(setup.model)
+                entry["dense"] = {"params": dense_cost.dense_params, "flops": dense_cost.dense_flops,
+                                  **evaluation(setup.model)}
                 dense_done = True
                 log(f"{model_name}: dense " + ", ".join(f"{name} {pct(entry['dense'][k])}" for k, name in REPORTED))
             shared: dict[str, Any] = {}
             cost = CostModel(setup.model)
+            corrections = {"off": [False], "on": [True], "both": [False, True]}[settings.correction]
+            correction = Correction(setup.correction, setup.datamodule.unlabeled_images(
+                setup.correction.num_samples, setup.correction.batch_size)) if True in corrections else None
             for method in settings.methods:
                 if not METHODS[method][2] and seed != settings.seeds[0]:
                     continue  # weights only: the same for every seed
-                scores, info = method_scores(method, setup, seed, settings.baseline_coefficients, log, shared)
-                started = time.perf_counter()
+                scores, info = method_scores(method, setup, log, shared, settings.search_evaluations)
                 method_budgets = budgets
-                if method.endswith("_split"):  # each pair's parameter count, split by the fitness
+                if settings.cut == "split":  # each pair's parameter count, split by the fitness on the method's scores
+                    started = time.perf_counter()
                     method_budgets = [Budget(params=cost.params(scores.subnet(b, cost)[0])) for b in budgets]
-                    images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
-                    choices = choose_splits(setup.model, images, scores, method_budgets, setup.search,
-                                            replace(setup.export, split_grid=0), cost)  # the budgets only, no grid
+                    choices = choose_splits(setup.model, fitness_images(setup, shared), scores, method_budgets,
+                                            setup.search, replace(setup.export, split_grid=0), cost)  # no grid
                     scores.splits = split_table(choices)
-                    info["splits"] = [asdict(c) for c in choices]
-                items = extract_models(setup.model, scores, method_budgets, evaluation=evaluation, cost=cost)
-                entry["runs"].append({"method": method, "seed": seed, **info, "evaluation_s": time.perf_counter() - started})
-                for pair, item in zip(settings.pairs, items):
-                    entry["rows"].append({"method": method, "seed": seed, "pair": list(pair),
-                                          "ratios": [item.mlp_ratio, item.head_ratio],
-                                          "params": item.params, "flops": item.flops, "heads": item.subnet.head_counts,
-                                          "mlp_hidden": item.subnet.neuron_counts,
-                                          **{k: item.metrics.get(k) for k, _ in REPORTED}})
-                log(f"{model_name} seed {seed} {method}: " + "; ".join(
-                    f"{tuple(r['pair'])} " + "/".join(pct(r[k]) for k, _ in REPORTED)
-                    for r in entry["rows"][-len(items):]))
+                    info.update(splits=[asdict(c) for c in choices], split_s=time.perf_counter() - started)
+                for corrected in corrections:
+                    started = time.perf_counter()
+                    items = extract_models(setup.model, scores, method_budgets, evaluation=evaluation, cost=cost,
+                                           correction=correction if corrected else None)
+                    entry["runs"].append({"method": method, "seed": seed, "corrected": corrected, **info,
+                                          "evaluation_s": time.perf_counter() - started})
+                    for pair, item in zip(settings.pairs, items):
+                        entry["rows"].append({"method": method, "seed": seed, "corrected": corrected, "pair": list(pair),
+                                              "ratios": [item.mlp_ratio, item.head_ratio], "params": item.params,
+                                              "flops": item.flops, "heads": item.subnet.head_counts,
+                                              "mlp_hidden": item.subnet.neuron_counts,
+                                              **{k: item.metrics.get(k) for k, _ in REPORTED}})
+                    log(f"{model_name} seed {seed} {method}{' +correction' if corrected else ''}: " + "; ".join(
+                        f"{tuple(r['pair'])} " + "/".join(pct(r[k]) for k, _ in REPORTED)
+                        for r in entry["rows"][-len(items):]))
                 entry["summary"] = aggregate(entry["rows"])
                 report["models"][model_name] = entry
                 write_report(report, out_prefix, log, partial=True)  # what is measured so far survives an interruption
@@ -246,8 +272,9 @@ def merge(paths: list[Path], out_prefix: Path) -> dict[str, Any]:
             if _measured(merged["dense"]) != _measured(entry["dense"]) or _measured(merged["search_settings"]) != \
                     _measured(entry["search_settings"]):
                 raise ValueError(f"the runs of {name} disagree on the dense model or the search settings")
-            have = {(r["method"], r["seed"]) for r in merged["runs"]}
-            again = sorted(f"{r['method']} seed {r['seed']}" for r in entry["runs"] if (r["method"], r["seed"]) in have)
+            have = {(r["method"], r["seed"], r.get("corrected", False)) for r in merged["runs"]}
+            again = sorted(f"{r['method']} seed {r['seed']}" for r in entry["runs"]
+                           if (r["method"], r["seed"], r.get("corrected", False)) in have)
             if again:
                 raise ValueError(f"{name}: {', '.join(again)} measured by more than one run")
             merged["rows"] += entry["rows"]
@@ -275,7 +302,8 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]
     """``{method: {"m,h": {metric: {"mean", "std", "n", "values"}, "params": ...}}}`` over seeds."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
-        cell = out.setdefault(row["method"], {}).setdefault(_key(row["pair"]), {"params": row["params"], "values": {}})
+        cell = out.setdefault(column(row["method"], row.get("corrected", False)), {}).setdefault(
+            _key(row["pair"]), {"params": row["params"], "flops": row["flops"], "values": {}})
         for key, _ in REPORTED:
             cell["values"].setdefault(key, []).append(row[key])
     for cells in out.values():
@@ -286,66 +314,90 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]
     return out
 
 
+def column(method: str, corrected: bool) -> str:
+    """A method's name in the summary: ``ours`` as cut, ``ours+correction`` corrected."""
+    return method + ("+correction" if corrected else "")
+
+
 def _key(pair) -> str:
     return f"{pair[0]:.2f},{pair[1]:.2f}"
 
 
 def goal(report: dict[str, Any]) -> dict[str, Any]:
-    """Issue 13's goal: ours >= SNIP-magnitude and label Fisher on own-head and linear top-1 at every pair
-    from ~30% sparsity (the four sparsest paper pairs), on every development model (means over seeds).
-    Checked for ``ours`` (the pairs) and ``ours_split`` (their parameter counts, fitness-chosen splits)."""
+    """Issue 23's goal: the default pipeline (``ours``) >= every other method given the same split machinery
+    (and, in the second check, the same correction), on own-head and linear top-1 at every pair from ~30%
+    sparsity (the four sparsest paper pairs), on every development model (means over seeds)."""
     out: dict[str, Any] = {}
-    for method in ("ours", "ours_split"):
+    for corrected in (False, True):
+        ours = column(DEFAULT_METHOD, corrected)
         checks = []
         for model_name, entry in report["models"].items():
             summary = entry["summary"]
-            if method not in summary:
+            if ours not in summary:
                 continue
-            for pair in list(summary[method])[-4:]:
+            rivals = [m for m in summary if m.endswith("+correction") == corrected and m != ours
+                      and not m.startswith("random")]
+            for pair in list(summary[ours])[-4:]:
                 for key in ("head_top1", "linear_top1"):
-                    ours = summary[method][pair][key]["mean"]
-                    for rival in RIVALS:
-                        if rival in summary and pair in summary[rival]:
+                    mine = summary[ours][pair][key]["mean"]
+                    for rival in rivals:
+                        if pair in summary[rival]:
                             checks.append({"model": model_name, "pair": pair, "metric": key, "rival": rival,
-                                           "margin": ours - summary[rival][pair][key]["mean"]})
+                                           "margin": mine - summary[rival][pair][key]["mean"]})
         if checks:
-            out[method] = {"met": all(c["margin"] >= 0 for c in checks), "checks": checks}
+            out[ours] = {"met": all(c["margin"] >= 0 for c in checks), "checks": checks}
     return out
 
 
 def markdown(report: dict[str, Any]) -> str:
     s = report["settings"]
-    lines = ["# Pruning methods compared (no retraining, no correction)", "",
-             f"`python benchmarks/compare_methods.py{' --quick' if report['quick'] else ''} --split {s['split']}`, "
+    cut = s.get("cut", "split")
+    lines = ["# Pruning methods compared at the same split (no retraining)", "",
+             f"`python benchmarks/compare_methods.py{' --quick' if report['quick'] else ''} --split {s['split']}"
+             f"{' --cut pairs' if cut == 'pairs' else ''}`, "
              f"{report['machine']['date']}, {report['machine']['cpu']} ({report['machine']['torch_threads']} torch "
-             f"thread(s)), {report['total_s'] / 60:.0f} min. Raw numbers: `{report['name']}.json`; plot: `{report['name']}.png`.",
+             f"thread(s)), {report['total_s'] / 60:.0f} min. Raw numbers: `{report['name']}.json`; plots: "
+             f"`{report['name']}.png` (parameters), `{report['name']}_flops.png` (FLOPs).",
              "",
              *(["**Unfinished run: the numbers so far.**", ""] if report.get("partial") else []),
              *([f"Merged from {len(report['merged_from'])} runs (over models or seeds, run in parallel, one torch thread "
                 "each; `--merge`): " + "; ".join(f"`{p}`" for p in report["merged_from"]) + ". The time is their sum.", ""]
               if report.get("merged_from") else []),
              f"Every method through the `prune.py` pipeline with the settings of `configs/prune/demo.yaml`; seeds "
-             f"{s['seeds']} (pruning subset, crops and search seed); `lamp` and `magnitude` use no data and run once. "
-             f"Scored on {'the test split' if s['split'] == 'test' else 'a held-out part of the train split'} "
+             f"{s['seeds']} (pruning subset, views, probes and search seed); `lamp` and `magnitude` use no data and run "
+             "once. " + ("Every method is cut at the parameter count of each (mlp, head) pair, split between heads and "
+                         "MLP neurons by the same fitness on its own scores (what `prune.py` does for a parameter "
+                         "budget). " if cut == "split" else "Every method is cut at the (mlp, head) pairs as given "
+                         "(the fixed schedule: an ablation). ")
+             + f"Scored on {'the test split' if s['split'] == 'test' else 'a held-out part of the train split'} "
              f"({s['val_samples'] or 'all'} images); k-NN memory and probe training set: {s['train_samples']} train images. "
-             "Top-1 in %, mean ± standard deviation over the seeds; the best mean of each row in bold.", ""]
+             "Top-1 in %, mean ± standard deviation over the seeds; the best mean of each row in bold. "
+             "`+correction`: the same models after the SparseGPT-style correction (`--correction.enabled true`, the "
+             "same calibration images for every method).", ""]
     for model_name, entry in report["models"].items():
         summary, dense = entry["summary"], entry["dense"]
-        names = [m for m in s["methods"] if m in summary]
         lines += [f"## {model_name} ({display(MODELS[model_name])}: {dense['params'] / 1e6:.2f}M params)", ""]
-        for key, title in REPORTED:
-            lines += [f"### {title} (dense {pct(dense[key])})", "",
-                      "| (mlp, head) | params | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
-            for pair in summary[names[0]]:
-                cells = [summary[m].get(pair, {}).get(key) for m in names]
-                best = max((c["mean"] for c in cells if c), default=None)
-                text = [("**{}**" if c and c["mean"] == best else "{}").format(_cell(c, len(s["seeds"]))) for c in cells]
-                params = summary[names[0]][pair]["params"] / dense["params"]
-                lines.append(f"| ({pair}) | {pct(params, 0)}% | " + " | ".join(text) + " |")
-            lines.append("")
+        for corrected in (False, True):
+            names = [column(m, corrected) for m in s["methods"] if column(m, corrected) in summary]
+            if not names:
+                continue
+            for key, title in REPORTED:
+                lines += [f"### {title}{', corrected' if corrected else ''} (dense {pct(dense[key])})", "",
+                          "| (mlp, head) | params | FLOPs | " + " | ".join(n.replace("+correction", "") for n in names)
+                          + " |", "|---|---:|---:|" + "---:|" * len(names)]
+                for pair in summary[names[0]]:
+                    cells = [summary[m].get(pair, {}).get(key) for m in names]
+                    best = max((c["mean"] for c in cells if c), default=None)
+                    text = [("**{}**" if c and c["mean"] == best else "{}").format(_cell(c, len(s["seeds"]))) for c in cells]
+                    first = summary[names[0]][pair]
+                    flops = f"{pct(first['flops'] / dense['flops'], 0)}%" if first.get("flops") and dense.get("flops") else "n/a"
+                    lines.append(f"| ({pair}) | {pct(first['params'] / dense['params'], 0)}% | {flops} | "
+                                 + " | ".join(text) + " |")
+                lines.append("")
     for method, result in report["goal"].items():
         checks = result["checks"]
-        lines += [f"## Goal: {method} >= SNIP-magnitude and label Fisher (own head, linear), pairs from ~30% sparsity", "",
+        lines += [f"## Goal: {method} >= every other method{' (all corrected)' if 'correction' in method else ''} "
+                  "(own head, linear), pairs from ~30% sparsity", "",
                   f"**{'Met' if result['met'] else 'Not met'}** "
                   f"({sum(c['margin'] >= 0 for c in checks)} of {len(checks)} comparisons). Where it loses:", ""]
         losses = [c for c in checks if c["margin"] < 0]
@@ -363,30 +415,42 @@ def _cell(cell: Optional[dict[str, Any]], seeds: int) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
+    """Accuracy against parameters (``path``) and against FLOPs (``path`` with ``_flops``): every method, as cut
+    (solid) and corrected (dashed), one row per model, one column per metric."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     models = report["models"]
-    fig, axes = plt.subplots(len(models), len(REPORTED), figsize=(5 * len(REPORTED), 4 * len(models)), squeeze=False)
-    for row, (model_name, entry) in enumerate(models.items()):
-        dense = entry["dense"]
-        for ax, (key, title) in zip(axes[row], REPORTED):
-            for method, cells in entry["summary"].items():
-                xs = [100 * (1 - c["params"] / dense["params"]) for c in cells.values()]
-                ys = [100 * c[key]["mean"] for c in cells.values()]
-                errors = [100 * c[key]["std"] for c in cells.values()]
-                ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=method,
-                            linewidth=2.5 if method == DEFAULT_METHOD else 1.2, zorder=3 if method == DEFAULT_METHOD else 2)
-            ax.axhline(100 * dense[key], color="gray", linestyle="--", linewidth=1, label="dense")
-            ax.set(title=f"{model_name}: {title}", xlabel="parameters removed (%)", ylabel="top-1 (%)")
-            ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    for axis, target in (("params", path), ("flops", path.with_name(path.stem + "_flops.png"))):
+        fig, axes = plt.subplots(len(models), len(REPORTED), figsize=(5 * len(REPORTED), 4 * len(models)), squeeze=False)
+        colors: dict[str, Any] = {}
+        for row, (model_name, entry) in enumerate(models.items()):
+            dense = entry["dense"]
+            for ax, (key, title) in zip(axes[row], REPORTED):
+                for name, cells in entry["summary"].items():
+                    if not dense.get(axis) or any(not c.get(axis) for c in cells.values()):
+                        continue
+                    method = name.replace("+correction", "")
+                    color = colors.setdefault(method, f"C{len(colors) % 10}")
+                    xs = [100 * c[axis] / dense[axis] for c in cells.values()]
+                    ys = [100 * c[key]["mean"] for c in cells.values()]
+                    errors = [100 * c[key]["std"] for c in cells.values()]
+                    ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, color=color,
+                                linestyle="--" if name.endswith("+correction") else "-",
+                                label=method if not name.endswith("+correction") or method not in entry["summary"] else None,
+                                linewidth=2.5 if method == DEFAULT_METHOD else 1.2,
+                                zorder=3 if method == DEFAULT_METHOD else 2)
+                ax.axhline(100 * dense[key], color="gray", linestyle=":", linewidth=1, label="dense")
+                ax.set(title=f"{model_name}: {title}", xlabel=f"{'parameters' if axis == 'params' else 'FLOPs'} kept (%)",
+                       ylabel="top-1 (%)")
+                ax.grid(alpha=0.3)
+        axes[0, 0].legend(fontsize=8, title="solid: as cut; dashed: corrected", title_fontsize=7)
+        fig.tight_layout()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(target, dpi=110)
+        plt.close(fig)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -394,14 +458,19 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: the first of --models, one seed, three methods, one pair")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
     parser.add_argument("--seeds", default="0,1,2", help="seeds of the data subset, crops and search")
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                        help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--split", choices=["test", "holdout"], default="test",
                         help="score on the test split (results) or on a held-out part of the train split (choosing defaults)")
     parser.add_argument("--val-samples", type=int, default=0, help="scored images (0: the whole test split / 10000)")
     parser.add_argument("--train-samples", type=int, default=10000, help="k-NN memory / probe train images")
-    parser.add_argument("--baseline-coefficients", choices=["initial", "none"], default="initial",
-                        help="coefficients of the methods without search: the search's initial mean (prune.py with "
-                             "max_evaluations 0; default) or none (local scores alone)")
+    parser.add_argument("--pairs", default=None,
+                        help="(mlp, head) pairs as 'm,h;m,h;...' (default: the paper's six pairs)")
+    parser.add_argument("--cut", choices=["split", "pairs"], default="split",
+                        help="split: each pair's parameter count, split by the fitness on each method's own scores "
+                             "(default); pairs: the pairs as given (the fixed-schedule ablation)")
+    parser.add_argument("--correction", choices=["off", "on", "both"], default="both",
+                        help="evaluate the models as cut, after the weight correction, or both (default)")
     parser.add_argument("--override", action="append", default=[], help="extra prune.py override, e.g. --search.sigma=0.5")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (1 on a busy machine)")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/compare_methods[_holdout])")
@@ -416,7 +485,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         return
     settings = Settings(models=args.models.split(","), seeds=[int(s) for s in args.seeds.split(",")],
                         methods=args.methods.split(","), split=args.split, train_samples=args.train_samples,
-                        val_samples=args.val_samples or None, baseline_coefficients=args.baseline_coefficients,
+                        val_samples=args.val_samples or None, cut=args.cut, correction=args.correction,
+                        pairs=[tuple(float(v) for v in p.split(",")) for p in args.pairs.split(";")] if args.pairs
+                        else list(PAPER_PAIRS),
                         overrides=args.override)
     for name, known in (("models", MODELS), ("methods", METHODS)):
         unknown = set(getattr(settings, name)) - set(known)
@@ -424,7 +495,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             parser.error(f"unknown {name} {sorted(unknown)}; choose from {','.join(known)}")
     if args.quick:
         settings = settings.quick()
-    suffix = "_quick" if args.quick else ("" if args.split == "test" else f"_{args.split}")
+    suffix = "_quick" if args.quick else ("" if args.split == "test" else f"_{args.split}") + (
+        "_pairs" if args.cut == "pairs" else "")
     prefix = Path(args.out) if args.out else RESULTS / f"compare_methods{suffix}"
     run(settings, prefix, args.threads, args.quick)
 

@@ -84,15 +84,16 @@ def elastic_scores(scores: Optional[str], setup: PruneSetup, log: Progress) -> t
     """``--scores`` (a prune run directory or its elastic_scores.safetensors), else the default prune.py scores."""
     started = time.perf_counter()
     if scores is None:
-        result, info = method_scores("ours", setup, 0, "initial", log, {})
-        return result, {"source": "computed: the default prune.py run (SSL Fisher + search)", **info,
+        result, info = method_scores("ours", setup, log, {})
+        return result, {"source": "computed: the default prune.py run", **info,
                         "seconds": time.perf_counter() - started}
     path = Path(scores)
     path = path / "elastic_scores.safetensors" if path.is_dir() else path
     loaded = ElasticScores.load(path)
     loaded.check_model(setup.model)  # same architecture and weights, or a clear error
     if loaded.coefficients is None:
-        loaded.coefficients = initial_coefficients(len(loaded.head_scores), loaded.heads_per_block)
+        loaded.coefficients = initial_coefficients(len(loaded.head_scores), loaded.heads_per_block,
+                                                   *setup.search.initial_range)
     return loaded, {"source": display(path), "seconds": time.perf_counter() - started,
                     "evaluations": loaded.search.get("evaluations")}
 

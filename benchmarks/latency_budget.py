@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         scores = ElasticScores.load(args.scores)
         scores.check_model(model)
     else:
-        scores, _ = method_scores("ssl_fisher", setup, 0, "initial", log, {})
+        scores, _ = method_scores("ours", setup, log, {})
     report: dict[str, Any] = {"benchmark": "benchmarks/latency_budget.py", "model": display(Path(args.model)),
                               "device": "cpu", "threads": args.threads, "batches": {}}
     for batch in args.batches:

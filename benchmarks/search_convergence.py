@@ -1,11 +1,11 @@
-"""The coefficient search's progress against wall time: the paper's xNES settings against the default SNES.
+"""The coefficient search's progress against wall time: the paper's xNES settings against this project's SNES.
 
     python benchmarks/search_convergence.py --threads 1              # both development models, 3 seeds (~40 min)
     python benchmarks/search_convergence.py --quick                  # smoke run
 
-For each development model: the default SSL-Fisher local scores and the fitness images of
+For each development model: SnapViT's SSL-Fisher local scores (the scores the search is for) and the fitness images of
 ``configs/prune/demo.yaml`` (256 images), then ``--evaluations`` fitness evaluations of each search
-(``SearchSettings.paper()`` and the defaults, same fitness, same seeds), with the best fitness
+(``SearchSettings.paper()`` and ``SearchSettings.snapvit()``, same fitness, same seeds), with the best fitness
 recorded after every generation against evaluations and wall time. Then the rank correlation
 (Spearman) of cheaper fitness sets (fewer images) with the fitness on 1000 images, over candidates
 drawn around the initial coefficients at the spreads a search visits (what "a cheaper fitness keeps
@@ -55,7 +55,7 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 def rank_correlation(setup, scores, sizes: list[int], reference: int, per_spread: int) -> list[dict[str, Any]]:
     images = setup.datamodule.unlabeled_images(reference, setup.search.batch_size)
-    mean = initial_coefficients(len(scores.head_scores), scores.heads_per_block, *setup.search.initial_range)
+    mean = initial_coefficients(len(scores.head_scores), scores.heads_per_block, *SearchSettings.snapvit().initial_range)
     g = torch.Generator().manual_seed(0)
     candidates = [mean * torch.exp(sigma * torch.randn(mean.shape, generator=g))
                   for sigma in (0.1, 0.3, 0.5, 1.0) for _ in range(per_spread)]
@@ -78,13 +78,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"benchmark": "benchmarks/search_convergence.py", "quick": args.quick, "models": {}}
     for model_name in args.models:
         setup = prune_setup(*model_overrides(model_name), *args.overrides)
-        scores, _ = method_scores("ssl_fisher", setup, 0, "none", log, {})
+        scores, _ = method_scores("ssl_fisher", setup, log, {})
         images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
         searches = {
             "paper (xNES)": SearchSettings.paper(max_evaluations=args.evaluations, num_images=setup.search.num_images,
                                                  batch_size=setup.search.batch_size,
                                                  pca_components=setup.search.pca_components),
-            "default (SNES)": replace(setup.search, max_evaluations=args.evaluations),
+            "this project's (SNES)": SearchSettings.snapvit(max_evaluations=args.evaluations,
+                                                            num_images=setup.search.num_images,
+                                                            batch_size=setup.search.batch_size,
+                                                            pca_components=setup.search.pca_components),
         }
         entry: dict[str, Any] = {"dimension": sum(scores.heads_per_block) + len(scores.heads_per_block), "curves": {}}
         for seed in args.seeds:  # alternating the searches: a load change on the machine hits both alike
@@ -121,7 +124,7 @@ def summarise(curves: dict[str, list], evaluations: int) -> dict[str, Any]:
 
 def markdown(report: dict[str, Any]) -> str:
     s = report["settings"]
-    lines = ["# Search convergence: the paper's xNES against the default SNES", "",
+    lines = ["# Search convergence: the paper's xNES against this project's SNES", "",
              f"`python benchmarks/search_convergence.py`, {report['machine']['date']}, {report['machine']['torch_threads']} "
              f"torch thread(s), {report['total_s'] / 60:.0f} min; seeds {s['seeds']}, {s['evaluations']} evaluations each, "
              "the fitness of configs/prune/demo.yaml. Best fitness so far (embedding drift, lower is better), "
@@ -161,7 +164,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
                ylabel="best fitness so far (lower is better)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("coefficient search: the paper's xNES against the default SNES\n(one line per seed)", fontsize=11)
+    fig.suptitle("coefficient search: the paper's xNES against this project's SNES\n(one line per seed)", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -50,7 +50,7 @@ def fit_elastic(
             expects (multi-crop views are made from them for the self-supervised scorers), multi-crop
             views ``[B, V, C, H, W]`` (e.g. ``datamodule.unlabeled_dataloader(views="multicrop")``), or
             ``(images, labels)`` pairs for label-based scorers.
-        scorer: the local score (default :class:`snapvit_pl.scoring.SSLFisher`, label-free); a shortcut for
+        scorer: the local score (default :class:`snapvit_pl.scoring.OutputSensitivity`, label-free); a shortcut for
             ``importance=ImportanceSettings(scorer)``.
         importance: the scorer and the keep ratios (:class:`snapvit_pl.pipeline.ImportanceSettings`).
         search: search settings (default :class:`snapvit_pl.SearchSettings`).

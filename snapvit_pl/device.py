@@ -10,10 +10,20 @@ Precision = Literal["auto", "bf16", "32"]
 
 
 def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:
-    """The given device, else CUDA when available, else CPU."""
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The given device, else CUDA when available, else CPU.
+
+    Raises:
+        ConfigError: a CUDA device this machine does not have.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and (not torch.cuda.is_available() or (resolved.index or 0) >= torch.cuda.device_count()):
+        from .errors import ConfigError
+
+        have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA device"
+        raise ConfigError(f"device {device} is not available on this machine ({have}); use cpu or an existing device")
+    return resolved
 
 
 def autocast_context(device: Union[str, torch.device], precision: Precision = "auto") -> contextlib.AbstractContextManager:
@@ -37,3 +47,44 @@ def synchronize(device: Union[str, torch.device]) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class PeakMemory:
+    """The peak memory of a stretch of work, in MiB: CUDA's max allocated on a GPU, the process's peak resident set
+    size on CPU (Linux's ``VmHWM``, reset at :meth:`start` where the kernel allows, else the peak since the
+    process started).
+
+    Args:
+        device: where the work runs.
+    """
+
+    kinds = {"cuda": "CUDA max allocated", "cpu": "process peak RSS"}
+
+    def __init__(self, device: Union[str, torch.device]):
+        self.device = torch.device(device)
+        self.kind = self.kinds["cuda" if self.device.type == "cuda" else "cpu"]
+
+    def start(self) -> "PeakMemory":
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # resets the peak resident set size (Linux >= 4.0)
+            except OSError:
+                pass
+        return self
+
+    def peak_mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux

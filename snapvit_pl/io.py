@@ -63,3 +63,55 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as indented JSON to ``path`` atomically."""
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+class DirectoryLock:
+    """An exclusive lock on a run directory (the file ``.lock`` in it, ``fcntl.flock``): held while a run uses the
+    directory, released when the run ends, however it ends: the operating system drops the lock of a killed
+    process, so a stale lock never blocks a resume.
+
+    Args:
+        directory: the run directory (it must exist).
+        what: how the refusal names the directory's option (``--out_dir``).
+    """
+
+    FILE = ".lock"
+
+    def __init__(self, directory: str | os.PathLike, what: str = "--out_dir"):
+        self.path, self.what = Path(directory) / self.FILE, what
+        self._file: Any = None
+
+    def acquire(self) -> "DirectoryLock":
+        """Take the lock, or refuse (``ConfigError``) while another process holds it."""
+        import fcntl
+
+        from .errors import ConfigError
+
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise ConfigError(f"{self.path.parent} is in use by another run ({holder}); wait until it ends, or choose "
+                              f"another {self.what}") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {os.uname().nodename}")
+        handle.flush()
+        self._file = handle
+        return self
+
+    def release(self) -> None:
+        """Give the lock up (and remove its file)."""
+        if self._file is not None:
+            self.path.unlink(missing_ok=True)
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "DirectoryLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

@@ -96,7 +96,8 @@ class Progress:
             self._bar.update(steps)
             if fields:
                 self._bar.set_postfix({k: _format(v) for k, v in self.fields.items()}, refresh=False)
-        elif self.mode == "lines" and time.perf_counter() - self._last_line >= self.interval:
+        elif self.mode == "lines" and time.perf_counter() - self._last_line >= self.interval and not (
+                self.total and self.done >= self.total):  # the last step's line is close()'s
             self._line()
 
     def set(self, **fields: Any) -> None:
@@ -116,7 +117,7 @@ class Progress:
         now = time.perf_counter()
         elapsed = now - self.started
         count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
-        parts = [f"{count} {self.unit if self.done == 1 else _plural(self.unit)}"]
+        parts = [f"{count} {self.unit if (self.total or self.done) == 1 else _plural(self.unit)}"]
         if self.total:
             parts[0] += f" ({100 * self.done / self.total:.0f}%)"
         parts.append(f"elapsed {_clock(elapsed)}")

@@ -5,6 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# One torch thread in every process the tests start (prune.py and train.py runs, DDP ranks): the models are tiny,
+# and two threads on a busy 2-core machine spin-wait in OpenMP (measured: 7x slower under load).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # tests/<pkg>/ helper modules (e.g. tests/models/families.py, tests/search/ask_tell.py) are importable by name.
 for _helpers in ("models", "search"):
     sys.path.insert(0, str(Path(__file__).parent / _helpers))

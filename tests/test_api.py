@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import snapvit_pl
 from families import FAMILIES
 from snapvit_pl.cli import prune_main
-from snapvit_pl.pipeline import ExportSettings
+from snapvit_pl.pipeline import ExportSettings, ImportanceSettings, scoring_views
 from snapvit_pl.data import ClassificationDataModule, find_fashion_mnist
 from snapvit_pl.elastic import ElasticScores
 from snapvit_pl.errors import ConfigError
@@ -31,7 +31,7 @@ def test_fit_elastic_gives_the_scores_of_prune_py(tiny_prune_args, tmp_path):
     model = load_backbone(spec)
     dm = ClassificationDataModule(source="fashion_mnist", max_samples=48, batch_size=16, n_local_views=2, seed=0)
     dm.configure_for_model(model)
-    dm.train_views = "multicrop"
+    dm.train_views = scoring_views(ImportanceSettings().scorer)  # the default scorer's views, as prune.py picks them
     search = snapvit_pl.SearchSettings(max_evaluations=4, num_images=32, batch_size=32, pca_components=8)
     export = ExportSettings(budgets=[{"mlp_ratio": 0.35, "head_ratio": 0.25}, {"flops": 0.6}])
     scores = snapvit_pl.fit_elastic(model, dm.train_dataloader(), search=search, export=export, spec=spec,

@@ -1,6 +1,7 @@
 """The package's import graph: no cycle, and every import points down the layers (function-level imports included).
 
-    foundations  errors, io, device, progress
+    errors       errors
+    foundations  io, device, progress
     models       models, data
     algorithms   elastic, scoring, correction, eval
     search       search
@@ -15,7 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
-    ("errors", "io", "device", "progress"),
+    ("errors",),
+    ("io", "device", "progress"),
     ("models", "data"),
     ("elastic", "scoring", "correction", "eval"),
     ("search",),

@@ -74,11 +74,32 @@ def pop_verbose(argv: list[str], keep: bool = True) -> tuple[list[str], bool]:
     return out, verbose
 
 
+def user_error_in(err: BaseException) -> Optional[SnapViTError]:
+    """The first error meant for the user in ``err``'s chain of causes (what an instantiation wrapper re-raised)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, SnapViTError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is a CUDA out-of-memory error or a failed CPU allocation."""
+    import torch
+
+    message = str(err)
+    return isinstance(err, torch.OutOfMemoryError) or (
+        isinstance(err, RuntimeError) and ("CUDA out of memory" in message or "can't allocate memory" in message))
+
+
 def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]], command: str,
-                cleanup: Optional[Callable[[], None]] = None, keep_verbose: bool = True) -> int:
+                cleanup: Optional[Callable[[], None]] = None, keep_verbose: bool = True,
+                batch_options: Sequence[str] = ()) -> int:
     """Run a command's ``body(argv)``; an error the user can fix (or a bad option) becomes one ``error:`` line and
     status 2 (``cleanup`` runs first), unless ``--verbose`` asks for the traceback (``keep_verbose``: the command's
-    parser reads ``--verbose`` too)."""
+    parser reads ``--verbose`` too). Running out of memory is such an error: its line names ``batch_options``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = False
     try:
@@ -88,6 +109,32 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
         if cleanup is not None:
             cleanup()
         return exit_with_error(err if isinstance(err, SnapViTError) else config_error(err, command), verbose)
+    except (TypeError, ValueError) as err:  # jsonargparse wraps what building the model or the data raised
+        cause = user_error_in(err)
+        if cause is None:
+            raise
+        if cleanup is not None:
+            cleanup()
+        return exit_with_error(cause if not verbose else err, verbose)
+    except (RuntimeError, MemoryError) as err:
+        if not (out_of_memory(err) or isinstance(err, MemoryError)):
+            raise
+        if cleanup is not None:
+            cleanup()
+        first = " ".join(str(err).split())[:160]
+        hint = f"lower {', '.join(batch_options)}" if batch_options else "use a smaller model or a larger device"
+        return exit_with_error(ConfigError(f"out of memory ({first}); {hint}"), verbose)
+
+
+def check_config_files(argv: Sequence[str]) -> None:
+    """Refuse a ``--config`` that names no file (LightningCLI would read the path as YAML text and report a
+    missing section instead)."""
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg in ("--config", "-c") and i + 1 < len(argv) else (
+            arg.split("=", 1)[1] if arg.startswith("--config=") else None)
+        if value is not None and not Path(value).is_file() and not value.lstrip().startswith(("{", "\n")) \
+                and ":" not in value:
+            raise ConfigError(f"--config {value}: no such file; give a YAML file (e.g. configs/prune/demo.yaml)")
 
 
 def help_formatter():
@@ -150,27 +197,40 @@ def tensorboard_logger(save_dir: str | Path, **options: Any) -> dict[str, Any]:
             "init_args": {"save_dir": str(save_dir), "name": "tensorboard", "version": "", **options}}
 
 
+def _writable(directory: Path) -> Optional[str]:
+    """Why a file cannot be created in ``directory`` (None: it can), found by creating (and removing) one."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return None
+    except OSError as err:
+        return err.strerror or str(err)
+
+
 def _check_ancestors(path: Path, option: str) -> None:
-    """The nearest existing ancestor of ``path`` must be a writable directory."""
+    """The nearest existing ancestor of ``path`` must be a directory this process can write in."""
     ancestor = path.parent
     while not ancestor.exists() and ancestor.parent != ancestor:
         ancestor = ancestor.parent
-    if ancestor.exists() and not ancestor.is_dir():
+    if not ancestor.is_dir():
         raise ConfigError(f"{option} {path} lies under the file {ancestor}; choose a path in a directory")
-    if ancestor.exists() and not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {path} is not writable ({ancestor} is read-only for this user); choose a "
+    reason = _writable(ancestor)
+    if reason is not None:
+        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not writable ({reason}); choose a "
                           "writable location")
 
 
 def check_output_dir(path: str | Path, option: str) -> Path:
     """Refuse, before anything is written, an output directory that cannot be one: a file, under a file, or not
-    writable (its nearest existing ancestor)."""
+    writable (nor its nearest existing ancestor)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{option} {path} is a file, not a directory; choose a directory path")
     if path.is_dir():
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise ConfigError(f"{option} {path} is not writable for this user; choose a writable directory")
+        reason = _writable(path)
+        if reason is not None:
+            raise ConfigError(f"{option} {path} is not writable ({reason}); choose a writable directory")
     else:
         _check_ancestors(path, option)
     return path

@@ -27,7 +27,7 @@ def build_parser():
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the command line; returns the exit status."""
-    return run_command(_deploy, argv, "snapvit-pl deploy")
+    return run_command(_deploy, argv, "snapvit-pl deploy", batch_options=("--batch_size",))
 
 
 def _deploy(argv: list[str]) -> int:

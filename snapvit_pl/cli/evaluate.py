@@ -58,7 +58,8 @@ def build_parser():
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the command line; returns the exit status."""
-    return run_command(_evaluate, argv, "snapvit-pl evaluate")
+    return run_command(_evaluate, argv, "snapvit-pl evaluate",
+                       batch_options=("--evaluation.batch_size", "--evaluation.throughput_batch_size"))
 
 
 def _evaluate(argv: list[str]) -> int:

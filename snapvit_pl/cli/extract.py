@@ -50,7 +50,8 @@ def build_parser():
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the command line; returns the exit status."""
-    return run_command(_extract, argv, "snapvit-pl extract")
+    return run_command(_extract, argv, "snapvit-pl extract",
+                       batch_options=("--correction.batch_size", "--export.latency_batch_size"))
 
 
 def _extract(argv: list[str]) -> int:

@@ -12,9 +12,13 @@ from typing import Any, Optional
 
 from ..errors import ConfigError
 from ..progress import MODES
-from .common import DEFAULT_PRUNE_CONFIG, check_output_dir, help_formatter, run_command, tensorboard_logger
+from .common import (
+    DEFAULT_PRUNE_CONFIG, check_config_files, check_output_dir, help_formatter, run_command, tensorboard_logger,
+)
 
 RESULT_FILES = ("report.json", "elastic_scores.safetensors", "models")
+#: What to lower when a run runs out of memory.
+BATCH_OPTIONS = ("--data.init_args.batch_size", "--search.batch_size", "--evaluation.batch_size", "--correction.batch_size")
 #: Settings a resumed run may change: they change how the run reports, not what it computes.
 SAFE_RESUME_OVERRIDES = ("config", "verbose", "resume", "overwrite", "out_dir", "progress", "trainer.enable_progress_bar",
                          "trainer.default_root_dir", "trainer.logger", "report.print_table", "report.plots")
@@ -48,6 +52,50 @@ def check_run_dir(out_dir: Path, overwrite: bool) -> None:
             f"{out_dir} already holds results ({', '.join(existing)}); pass --overwrite true to replace them "
             "or choose another --out_dir"
         )
+
+
+#: Strategies a pruning run maps to its own DDP (no gradient wrapper): name -> the process start method.
+DDP_STRATEGIES = {"ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork", "ddp_notebook": "fork"}
+
+
+def processes_per_node(accelerator: Any, devices: Any) -> int:
+    """How many processes Lightning starts per node for ``--trainer.accelerator`` / ``--trainer.devices``."""
+    import torch
+
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    if isinstance(devices, str):
+        text = devices.strip()
+        if "," in text:
+            return len([d for d in text.split(",") if d.strip()])
+        devices = int(text) if text.lstrip("-").isdigit() else text
+    if devices in ("auto", -1):
+        gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+        return max(1, torch.cuda.device_count()) if gpu else 1
+    return int(devices)
+
+
+def pruning_strategy(strategy: Any, accelerator: Any, devices: Any, num_nodes: int) -> Any:
+    """The strategy a pruning run uses for what the user asked: several devices or nodes (``--trainer.devices N``,
+    ``auto`` on a multi-GPU machine, ``--trainer.num_nodes M``) or a DDP strategy by name -> the pruning DDP
+    (:class:`~snapvit_pl.lightning.strategy.PruningDDPStrategy`); one device -> as given.
+
+    Raises:
+        ConfigError: a strategy the pruning run cannot use.
+    """
+    several = processes_per_node(accelerator, devices) > 1 or (num_nodes or 1) > 1
+    name = strategy if isinstance(strategy, str) else None
+    if name in DDP_STRATEGIES or (name == "auto" and several):
+        start_method = DDP_STRATEGIES.get(name, "popen")
+        return {"class_path": "snapvit_pl.lightning.strategy.PruningDDPStrategy", "init_args": {"start_method": start_method}}
+    if name in ("auto", "single_device") and not several:
+        return strategy
+    if not name and isinstance(strategy, dict) and strategy.get("class_path", "").endswith("PruningDDPStrategy"):
+        return strategy
+    shown = name or (strategy.get("class_path") if isinstance(strategy, dict) else type(strategy).__name__)
+    raise ConfigError(f"--trainer.strategy {shown}: a pruning run trains nothing and shares its work across processes "
+                      f"with its own DDP; leave the strategy unset (several devices or nodes choose it) or give one of "
+                      f"{', '.join(DDP_STRATEGIES)}")
 
 
 def changed_settings(parser: Any, saved_config: Path, given: Any) -> list[str]:
@@ -123,17 +171,13 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
             check_run_dir(out_dir, config.overwrite)
             config.out_dir = str(out_dir)
             config.trainer.default_root_dir = str(out_dir)
-            if config.trainer.strategy in ("ddp", "ddp_spawn", "ddp_fork"):
-                start_method = {"ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork"}[config.trainer.strategy]
-                config.trainer.strategy = {
-                    "class_path": "snapvit_pl.lightning.strategy.PruningDDPStrategy",
-                    "init_args": {"start_method": start_method},
-                }
+            trainer = config.trainer
+            trainer.strategy = pruning_strategy(trainer.strategy, trainer.accelerator, trainer.devices, trainer.num_nodes)
             if config.trainer.logger in (None, True):
                 config.trainer.logger = tensorboard_logger(out_dir, default_hp_metric=False)
 
         def instantiate_trainer(self, **kwargs):
-            trainer = super().instantiate_trainer(**kwargs)
+            trainer = build_trainer(super().instantiate_trainer, **kwargs)
             c = self.config_init
             settings = PipelineSettings(**{key: c[key] for key in groups})
             self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=c.progress)
@@ -150,6 +194,21 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
                        **({"default_config_files": [str(help_defaults)]} if help_defaults else {})},
         trainer_defaults={}, auto_configure_optimizers=False,
     )
+
+
+def build_trainer(instantiate: Any, **kwargs: Any) -> Any:
+    """Lightning's Trainer; what it refuses (an accelerator that is not here, a strategy that does not fit it) is one
+    line naming the ``--trainer`` options."""
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        return instantiate(**kwargs)
+    except (MisconfigurationException, ValueError, RuntimeError) as err:
+        message = " ".join(str(err).split())
+        if "backend found" in message or "not available" in message or "no GPU" in message:
+            message = f"the accelerator asked for is not on this machine ({message})"
+        raise ConfigError(f"--trainer: {message}; check --trainer.accelerator, --trainer.devices and "
+                          "--trainer.strategy (python prune.py --help)") from err
 
 
 def _resume_args(argv: list[str]) -> tuple[list[str], Optional[Path]]:
@@ -178,12 +237,13 @@ def _raise_interrupted(signum: int, frame: object) -> None:
 
 def prune_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``prune.py``; returns the exit status."""
-    from ..io import write_text_atomic
+    from ..io import DirectoryLock, write_text_atomic
     from ..pipeline.resume import RESUME_FILE, has_progress, load_resume_state
 
     run: dict[str, Any] = {}
 
     def body(argv: list[str]) -> int:
+        check_config_files(argv)
         argv, resume_dir = _resume_args(argv)
         has_config = any(a in ("--config", "-c") or a.startswith("--config=") for a in argv)
         if {"-h", "--help"} & set(argv):  # the help shows the values this command would run with
@@ -195,17 +255,25 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         pipeline = cli.model.pipeline
         pipeline.check()  # budgets the keep ratios cannot reach, before anything is written
         out_dir = Path(cli.config.out_dir)
-        run["out_dir"], run["created"] = out_dir, not out_dir.exists()
-        out_dir.mkdir(parents=True, exist_ok=True)
+        main_process = cli.trainer.global_rank == 0  # the other DDP processes (and nodes) write nothing
+        created = main_process and not out_dir.exists()
+        if main_process:  # one run at a time in a directory; the lock goes with this process
+            out_dir.mkdir(parents=True, exist_ok=True)
+            run["lock"] = DirectoryLock(out_dir).acquire()
+            run["out_dir"], run["created"] = out_dir, created  # (a refused run removes nothing: not its directory)
         if resume_dir is not None:
             pipeline.load_state_dict(load_resume_state(resume_dir))
-        else:
+        elif main_process:
             write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_unset=False))
             pipeline.save_progress()
         signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+            if "lock" in run:
+                run.pop("lock").release()
         except (KeyboardInterrupt, SystemExit) as err:
+            if "lock" in run:
+                run.pop("lock").release()
             if isinstance(err, SystemExit) and err.code in (0, None):
                 raise
             if (out_dir / RESUME_FILE).exists():
@@ -217,7 +285,9 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     def cleanup() -> None:  # a run that failed on bad input leaves nothing behind
+        if "lock" in run:
+            run.pop("lock").release()
         if run.get("created") and not has_progress(run["out_dir"]):
             shutil.rmtree(run["out_dir"], ignore_errors=True)
 
-    return run_command(body, argv, "python prune.py", cleanup)
+    return run_command(body, argv, "python prune.py", cleanup, batch_options=BATCH_OPTIONS)

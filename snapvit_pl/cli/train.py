@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .common import run_command, tensorboard_logger
+from .common import check_config_files, run_command, tensorboard_logger
 
 
 def finetune_dir(checkpoint: str | Path) -> Path:
@@ -37,6 +37,11 @@ def train_cli(argv: list[str], run: bool = True):
             if config.trainer.logger in (None, True):  # TensorBoard in the run directory, as prune.py
                 config.trainer.logger = tensorboard_logger(config.trainer.default_root_dir or "runs/train")
 
+        def instantiate_trainer(self, **kwargs):
+            from .prune import build_trainer
+
+            return build_trainer(super().instantiate_trainer, **kwargs)
+
     return TrainCLI(
         FinetuneModule, VisionDataModule, subclass_mode_data=True, args=argv, run=run, seed_everything_default=0,
         parser_kwargs={"description": "Fine-tune a pruned ViT (or train a dense one). --verbose true (anywhere on the "
@@ -49,7 +54,8 @@ def train_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``train.py`` (LightningCLI subcommands ``fit``, ``validate``, ``test``)."""
 
     def body(argv: list[str]) -> int:
+        check_config_files(argv)
         train_cli(argv)
         return 0
 
-    return run_command(body, argv, "python train.py", keep_verbose=False)
+    return run_command(body, argv, "python train.py", keep_verbose=False, batch_options=("--data.init_args.batch_size",))

@@ -77,18 +77,12 @@ def correct_and_prune(
     """
     settings = settings or CorrectionSettings()
     batch_size = settings.batch_size
-    subnet = subnet.validate(model)
-    dense = Subnet.full(model)
-    todo = [b for b in range(len(model.blocks))
-            if any(len(getattr(subnet, g)[b]) < len(getattr(dense, g)[b]) for g, _ in _STAGES)]
+    subnet, dense, todo = _blocks_losing_units(model, subnet)
     if not todo:
         return model
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
-    chunks = [embed_tokens(model, images[i:i + batch_size].to(device)) for i in range(0, len(images), batch_size)]
-    cache, rope = torch.cat([x for x, _ in chunks]), chunks[0][1]
-    del chunks
+    cache, rope = _block_inputs(model, images, batch_size)
     options = dict(block_size=settings.block_size, damping=settings.damping, damp_fraction=settings.damp_fraction)
     with Progress("correction", todo[-1] + 1, progress, unit="block") as bar:
         for b in range(todo[-1] + 1):
@@ -102,6 +96,22 @@ def correct_and_prune(
             bar.update()
     model.train(was_training)
     return model
+
+
+def _blocks_losing_units(model: nn.Module, subnet: Subnet) -> tuple[Subnet, Subnet, list[int]]:
+    """``(subnet validated, the dense subnet, the indices of the blocks that lose a head or a neuron)``."""
+    subnet = subnet.validate(model)
+    dense = Subnet.full(model)
+    todo = [b for b in range(len(model.blocks))
+            if any(len(getattr(subnet, g)[b]) < len(getattr(dense, g)[b]) for g, _ in _STAGES)]
+    return subnet, dense, todo
+
+
+def _block_inputs(model: nn.Module, images: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The first block's input tokens of every calibration image (on the model's device), and the rotary embedding."""
+    device = next(model.parameters()).device
+    chunks = [embed_tokens(model, images[i:i + batch_size].to(device)) for i in range(0, len(images), batch_size)]
+    return torch.cat([x for x, _ in chunks]), chunks[0][1]
 
 
 def _correct_group(

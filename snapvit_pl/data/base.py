@@ -294,6 +294,11 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         return self.input_config
 
     @property
+    def labeled(self) -> bool:
+        """Whether the data has labels (evaluation, label-based scorers); a folder of unlabeled images has none."""
+        return True
+
+    @property
     def input_config(self) -> dict[str, Any]:
         """Resolved timm data config: input_size (C, H, W), mean, std, interpolation, crop_pct."""
         return resolve_input_config(self._model_config, self.model_name, self.data_config_overrides)
@@ -354,6 +359,10 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
     def labeled_dataset(self, split: str, max_samples: Optional[int] = None) -> Dataset:
         """Transformed (image, target) dataset of a split; random training augmentation (train
         split with train_augment) is seeded per sample and epoch (see :class:`MappedDataset`)."""
+        if not self.labeled:
+            raise DataError(f"{self.root} is a folder of unlabeled images: enough for pruning with a label-free "
+                            "scorer, but evaluation (evaluation.metrics: set []), label-based scorers and fine-tuning "
+                            "with labels need labeled images (root/train/<class>/..., see the data layouts)")
         seed = self.seed if self.train_augment and split == "train" else None
         return MappedDataset(self.dataset(split, max_samples), self._labeled_fn(split), seed)
 
@@ -414,6 +423,10 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         return self.labeled_dataloader("train", shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
+        """Labeled val batches; image-only ones when the module trains on images only (``train_views`` plain or
+        multicrop: label-free fine-tuning)."""
+        if self.train_views != "labeled":
+            return self.unlabeled_dataloader("plain", split="val")
         return self.labeled_dataloader("val")
 
     def test_dataloader(self) -> DataLoader:

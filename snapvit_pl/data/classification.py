@@ -13,11 +13,9 @@ from torchvision.datasets import ImageFolder
 
 from .base import TransformImage, VisionDataModule, dataset_targets, read_image
 from .fashion_mnist import FashionMNIST, download_fashion_mnist
+from .folders import FOLDER_LAYOUTS, ImageList, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
 from .transforms import check_augment_args, classification_transform
 from ..errors import DataError
-
-FOLDER_LAYOUT = ("root/train/<class>/<image> and root/val/<class>/<image>, "
-                 "or root/<class>/<image> with val_split")
 _FASHION_MNIST_NAMES = ("fashion_mnist", "fashionmnist", "fashion-mnist")
 
 
@@ -47,11 +45,15 @@ class ClassificationDataModule(VisionDataModule):
     model's channel count. Train and val use the eval transform unless ``train_augment``.
 
     Args:
-        source: "folder" (ImageFolder tree at root), "fashion_mnist" (Debian package, then root)
-            or a torchvision.datasets name ("cifar10", "cifar100", "mnist", "svhn", ...).
-        root: data folder (ImageFolder tree, or where torchvision data sets live / download to).
+        source: "folder" (an image folder at root, see :mod:`snapvit_pl.data.folders` for its layouts),
+            "fashion_mnist" (Debian package, then root) or a torchvision.datasets name ("cifar10",
+            "cifar100", "mnist", "svhn", ...).
+        root: data folder (image folder, or where torchvision data sets live / download to).
         download: let prepare_data download torchvision data sets and Fashion-MNIST into root.
-        val_split: for a folder without train/ and val/: fraction of images held out as val.
+        val_split: for a folder of class folders without train/ and val/: fraction of images held out as val.
+        val_labels: ImageNet's validation label file for a flat ``root/val`` folder (``LOC_val_solution.csv``,
+            or the devkit's ``ILSVRC2012_validation_ground_truth.txt`` with ``meta.mat`` beside it); default:
+            looked for in root, root/val and the devkit's data folder.
         batch_size: images per batch.
         num_workers: DataLoader workers (persistent when > 0).
         pin_memory: DataLoader pin_memory.
@@ -80,12 +82,13 @@ class ClassificationDataModule(VisionDataModule):
         root: str = "data",
         download: bool = False,
         val_split: Optional[float] = None,
+        val_labels: Optional[str] = None,
         train_augment_args: Optional[dict[str, Any]] = None,
         **kwargs: Any,
     ):
         super().__init__(root=root, download=download, **kwargs)
         self.save_hyperparameters()
-        self.source, self.val_split = source.lower(), val_split
+        self.source, self.val_split, self.val_labels = source.lower(), val_split, val_labels
         self.train_augment_args = dict(train_augment_args or {})
         check_augment_args(self.train_augment_args)  # fail at construction, not at the first batch
         if self.source not in ("folder", *_FASHION_MNIST_NAMES):
@@ -103,8 +106,14 @@ class ClassificationDataModule(VisionDataModule):
 
     @property
     def num_classes(self) -> int:
-        """Number of classes."""
+        """Number of classes (0 for a folder of unlabeled images)."""
         return len(self.classes)
+
+    @property
+    def labeled(self) -> bool:
+        """Whether the images have labels (a folder of unlabeled images has none: pruning only)."""
+        train = self.base_dataset("train")
+        return not (isinstance(train, ImageList) and not train.classes)
 
     def prepare_data(self) -> None:
         """Download (rank 0 only) when ``download`` is set; otherwise nothing."""
@@ -130,37 +139,49 @@ class ClassificationDataModule(VisionDataModule):
                             "set download: true to fetch it into root, or point root at an existing copy") from err
 
     def _folder_split(self, split: str) -> Dataset:
-        if not os.path.isdir(self.root):
-            raise DataError(f"image folder root {self.root} does not exist; expected {FOLDER_LAYOUT}")
-        split_dir = os.path.join(self.root, split)
-        if os.path.isdir(os.path.join(self.root, "train")) and os.path.isdir(os.path.join(self.root, "val")):
-            dataset = self._image_folder(split_dir)
-            if split == "val":
-                train_classes = self.base_dataset("train").classes
-                if dataset.classes != train_classes:
-                    raise DataError(f"class folders of {split_dir} {dataset.classes} differ from train's "
-                                    f"{train_classes}; give both splits the same class folders")
-            return dataset
-        if self.val_split is None or not 0 < self.val_split < 1:
-            raise DataError(f"{self.root} has no train/ and val/ folders and val_split is {self.val_split}; "
-                            f"expected {FOLDER_LAYOUT} (val_split between 0 and 1)")
-        dataset = self._image_folder(self.root)
-        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(self.seed)).tolist()
-        num_val = max(1, round(len(dataset) * self.val_split))
-        return Subset(dataset, sorted(order[:num_val] if split == "val" else order[num_val:]))
+        root = self.root
+        if not os.path.isdir(root):
+            raise DataError(f"image folder root {root} does not exist; expected one of: {FOLDER_LAYOUTS}")
+        train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
+        if os.path.isdir(train_dir) and os.path.isdir(val_dir):
+            if split == "train":
+                return self._image_folder(train_dir)
+            classes = self.base_dataset("train").classes
+            if class_dirs(val_dir):  # layout 1: class folders in both splits
+                dataset = self._image_folder(val_dir)
+                if dataset.classes != classes:
+                    raise DataError(f"class folders of {val_dir} {dataset.classes} differ from train's {classes}; "
+                                    "give both splits the same class folders")
+                return dataset
+            if image_files(val_dir):  # layout 2: ImageNet's flat validation folder and its label file
+                return flat_val_images(val_dir, classes, find_val_labels(root, self.val_labels), read_image)
+            raise DataError(f"{val_dir} holds neither class folders nor images; expected one of: {FOLDER_LAYOUTS}")
+        if class_dirs(root) and not {"train", "val"} & {p.name for p in class_dirs(root)}:  # layout 3
+            if self.val_split is None or not 0 < self.val_split < 1:
+                raise DataError(f"{root} holds class folders but no train/ and val/ folders, and val_split is "
+                                f"{self.val_split}; set data.init_args.val_split (e.g. 0.1), or use one of: "
+                                f"{FOLDER_LAYOUTS}")
+            dataset = self._image_folder(root)
+            order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(self.seed)).tolist()
+            num_val = max(1, round(len(dataset) * self.val_split))
+            return Subset(dataset, sorted(order[:num_val] if split == "val" else order[num_val:]))
+        if image_files(root) and not class_dirs(root):  # layout 4: unlabeled images, for pruning
+            return unlabeled_images(root, read_image) if split == "train" else ImageList([], [], read_image)
+        raise DataError(f"{root} is not an image folder this module reads; expected one of: {FOLDER_LAYOUTS}")
 
     @staticmethod
     def _image_folder(directory: str) -> ImageFolder:
         try:
             return ImageFolder(directory, loader=read_image)
         except (FileNotFoundError, OSError) as err:
-            raise DataError(f"no class folders with images in {directory} ({err}); expected {FOLDER_LAYOUT}") from err
+            raise DataError(f"no class folders with images in {directory} ({err}); expected one of: "
+                            f"{FOLDER_LAYOUTS}") from err
 
     def _sample_files(self, dataset: Dataset) -> Optional[Callable[[int], Sequence[str]]]:
         if isinstance(dataset, Subset) and isinstance(dataset.dataset, ImageFolder):
             samples, indices = dataset.dataset.samples, dataset.indices
             return lambda index: [samples[indices[index]][0]]
-        if isinstance(dataset, ImageFolder):
+        if isinstance(dataset, (ImageFolder, ImageList)):
             return lambda index: [dataset.samples[index][0]]
         return None
 

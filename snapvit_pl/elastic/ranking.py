@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from ..errors import PruningSpecError
-from ..models.units import Subnet
+from ..models.units import Subnet, min_kept
 
 #: Share of each block's MLP neurons / heads that is never pruned (METHOD section 3): the defaults everywhere.
 MIN_MLP_KEEP = 0.05
@@ -20,11 +20,6 @@ def check_ratio(value: float, name: str) -> float:
     if not (0.0 <= value < 1.0) or math.isnan(value):
         raise PruningSpecError(f"{name}={value} is outside [0, 1): it is the fraction of units to remove (0.4 = remove 40%)")
     return value
-
-
-def min_kept(num_units: int, min_keep_ratio: float) -> int:
-    """Units of a block that are never pruned: ceil(ratio * n), at least 1."""
-    return max(1, math.ceil(min_keep_ratio * num_units - 1e-9))
 
 
 def _global_keep(scores: Sequence[torch.Tensor], ratio: float, min_keep_ratio: float, kind: str) -> list[torch.Tensor]:

@@ -34,8 +34,9 @@ FORMAT = "snapvit-pl/elastic-scores"
 VERSION = 2  # 2: splits by metric and kept fraction (1: by budget label)
 
 
-def initial_coefficients(num_blocks: int, heads_per_block: Sequence[int], start: float = 1.2, end: float = 0.8) -> torch.Tensor:
-    """The search's initial mean: ``linspace(start, end)`` over blocks, each head taking its block's value.
+def initial_coefficients(num_blocks: int, heads_per_block: Sequence[int], start: float, end: float) -> torch.Tensor:
+    """The search's initial mean: ``linspace(start, end)`` over blocks, each head taking its block's value
+    (``SearchSettings.initial_range``).
 
     Layout: ``[mlp_0 .. mlp_{B-1}, heads of block 0, heads of block 1, ...]`` (D = B + sum(heads)).
     """

@@ -1,4 +1,11 @@
-"""``FinetuneModule``: train a dense or pruned ViT with labels, distillation from the unpruned model, or both."""
+"""``FinetuneModule``: train a dense or pruned ViT with labels, distillation from the unpruned model, or both.
+
+Distillation compares the logits (``distill: kl``, models with a classifier head) or the embeddings
+(``cosine`` / ``mse``): the class token (pooled embedding), or every token with ``distill_tokens: all`` (the
+class, register and patch tokens of ``forward_features``). Embedding distillation needs no labels and no head:
+it is the fine-tuning of a pruned DINO / DINOv2 / DINOv3 backbone (``configs/train/distill_backbone.yaml``), and
+it trains on image-only batches (``data.init_args.train_views: plain``).
+"""
 from __future__ import annotations
 
 import math
@@ -30,6 +37,8 @@ class FinetuneModule(pl.LightningModule):
         model_kwargs: ``timm.create_model`` overrides of the dense model.
         loss: ``ce`` (labels), ``distill`` (teacher only) or ``both``.
         distill: ``kl`` on logits (needs classifier heads) or ``cosine`` / ``mse`` on embeddings.
+        distill_tokens: with ``cosine`` / ``mse``: ``class`` (the pooled embedding) or ``all`` (every token of
+            ``forward_features``: the class token and the patch tokens, each compared with the teacher's).
         distill_weight: weight of the distillation term when ``loss: both``.
         temperature: softening temperature of the KL term.
         teacher_model_name: timm name of the unpruned teacher. Default, for a checkpoint exported by
@@ -53,6 +62,7 @@ class FinetuneModule(pl.LightningModule):
         model_kwargs: Optional[dict[str, Any]] = None,
         loss: Literal["ce", "distill", "both"] = "ce",
         distill: Literal["kl", "cosine", "mse"] = "kl",
+        distill_tokens: Literal["class", "all"] = "class",
         distill_weight: float = 1.0,
         temperature: float = 1.0,
         teacher_model_name: Optional[str] = None,
@@ -76,14 +86,14 @@ class FinetuneModule(pl.LightningModule):
             self.model, self.record = load_backbone(self.spec).train(), None
         else:
             raise ConfigError("give model.checkpoint (a pruned checkpoint) or model.model_name (a dense timm model)")
-        self.teacher: Optional[nn.Module] = None
-        if loss != "ce":
-            self.teacher = self._teacher(teacher_model_name, teacher_pretrained, teacher_checkpoint_path)
         self.num_classes = getattr(self.model, "num_classes", 0)
         if loss != "distill" and not self.num_classes:
             raise ConfigError("loss 'ce' needs a classifier head: set model_kwargs.num_classes (or use loss: distill)")
         if loss != "ce" and distill == "kl" and not self.num_classes:
             raise ConfigError("distill 'kl' compares logits: the model has no classifier head; use distill: cosine or mse")
+        self.teacher: Optional[nn.Module] = None
+        if loss != "ce":
+            self.teacher = self._teacher(teacher_model_name, teacher_pretrained, teacher_checkpoint_path)
         if self.num_classes:
             self.train_accuracy = MulticlassAccuracy(self.num_classes, average="micro")
             self.val_accuracy = MulticlassAccuracy(self.num_classes, average="micro")
@@ -106,17 +116,34 @@ class FinetuneModule(pl.LightningModule):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)
 
-    def _distillation(self, images: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    def _features(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+        """What embedding distillation compares: ``[B, D]`` pooled embeddings or ``[B, N, D]`` tokens."""
+        return embed(model, images) if self.hparams.distill_tokens == "class" else model.forward_features(images)
+
+    def _distillation(self, images: torch.Tensor, logits: Optional[torch.Tensor]) -> torch.Tensor:
+        kl = self.hparams.distill == "kl"
         with torch.no_grad():
             self.teacher.eval()
-            target = self.teacher(images) if self.hparams.distill == "kl" else embed(self.teacher, images)
-        if self.hparams.distill == "kl":
+            target = self.teacher(images) if kl else self._features(self.teacher, images)
+        if kl:
             t = self.hparams.temperature
             return F.kl_div(F.log_softmax(logits / t, -1), F.log_softmax(target / t, -1), log_target=True, reduction="batchmean") * t * t
-        student = embed(self.model, images)
+        student = self._features(self.model, images)
         if self.hparams.distill == "cosine":
             return 1 - F.cosine_similarity(student, target, dim=-1).mean()
         return F.mse_loss(student, target)
+
+    def _batch(self, batch: Any) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """``(images, labels)``; image-only batches (``train_views: plain``) have no labels."""
+        if isinstance(batch, torch.Tensor):
+            return batch, None
+        images, labels = batch[0], (batch[1] if len(batch) > 1 else None)
+        return images, labels
+
+    def _logits(self, images: torch.Tensor) -> Optional[torch.Tensor]:
+        """The classifier's output when a term needs it (not for embedding distillation alone)."""
+        needs = self.hparams.loss != "distill" or self.hparams.distill == "kl" or self.num_classes
+        return self.model(images) if needs else None
 
     def on_train_epoch_start(self) -> None:
         """With ``seed_everything`` (train.py's ``seed_everything``), reseed torch's RNGs from
@@ -128,10 +155,13 @@ class FinetuneModule(pl.LightningModule):
             torch.manual_seed((epoch_seed(int(seed), self.current_epoch) + 1_000_003 * self.global_rank) % 2**64)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        images, labels = batch
-        logits = self.model(images)
+        images, labels = self._batch(batch)
+        logits = self._logits(images)
         terms = {}
         if self.hparams.loss in ("ce", "both"):
+            if labels is None:
+                raise ConfigError("loss 'ce' needs labeled batches: set data.init_args.train_views: labeled, or "
+                                  "loss: distill")
             terms["ce"] = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
         if self.hparams.loss in ("distill", "both"):
             weight = self.hparams.distill_weight if self.hparams.loss == "both" else 1.0
@@ -140,15 +170,15 @@ class FinetuneModule(pl.LightningModule):
         for name, value in terms.items():
             self.log(f"train/{name}", value, on_step=True, on_epoch=False)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False)
-        if self.num_classes:
+        if self.num_classes and labels is not None:
             self.train_accuracy(logits.detach(), labels)
             self.log("train/accuracy", self.train_accuracy, on_step=False, on_epoch=True)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        images, labels = batch
-        logits = self.model(images)
-        if self.num_classes:
+        images, labels = self._batch(batch)
+        logits = self._logits(images)
+        if self.num_classes and labels is not None:
             self.log("val/loss", F.cross_entropy(logits, labels), sync_dist=True)
             self.val_accuracy(logits, labels)
             self.log("val/accuracy", self.val_accuracy, prog_bar=True)

@@ -7,6 +7,7 @@ forward passes and physical surgery both work from the same layout, so they cann
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -246,3 +247,8 @@ def iter_slots(group: UnitGroup) -> Iterator[tuple[Slot, torch.Tensor]]:
     """(slot, tensor) pairs of a unit group."""
     for slot in group.slots:
         yield slot, _tensor(group.module, slot.path)
+
+
+def min_kept(num_units: int, min_keep_ratio: float) -> int:
+    """Units of a block that are never pruned: ceil(ratio * n), at least 1."""
+    return max(1, math.ceil(min_keep_ratio * num_units - 1e-9))

@@ -18,9 +18,10 @@ run's progress (``resume_state.pt``) after the importance pass and every round o
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
@@ -29,6 +30,7 @@ from ..elastic.budget import Budget, CostModel
 from ..elastic.latency import latency_table
 from ..elastic.scores import ElasticScores
 from ..elastic.splits import SplitTable
+from ..device import PeakMemory
 from ..errors import CheckpointError, ConfigError
 from ..models.loading import BackboneSpec, fingerprint
 from ..models.modes import eval_mode
@@ -167,6 +169,18 @@ class Pipeline:
         if stage not in self.state.completed:
             self.state.completed.append(stage)
 
+    def _start_memory(self) -> PeakMemory:
+        memory = PeakMemory(self.device).start()
+        self.state.memory_kind = memory.kind
+        return memory
+
+    @contextmanager
+    def _peak_memory(self, stage: str) -> Iterator[None]:
+        """Record the stage's peak memory (``report.json``'s ``peak_memory_mb``)."""
+        memory = self._start_memory()
+        yield
+        self.state.peak_memory_mb[stage] = round(memory.peak_mb(), 1)
+
     def use_datamodule(self, datamodule: Any) -> None:
         """Take the run's data from a DataModule: set it up for the importance pass (the model's input format, the
         views the scorer needs) and read the later stages' images and evaluation data from it."""
@@ -174,6 +188,13 @@ class Pipeline:
         from .inputs import DataModuleInputs
 
         prepare_pruning_data(datamodule, self.model, self.settings.importance.scorer)
+        if not getattr(datamodule, "labeled", True):
+            needs = [m for m in self.settings.evaluation.metrics if m != "throughput"]
+            if needs or self.settings.importance.scorer.requires_labels:
+                what = f"evaluation.metrics {needs}" if needs else f"the {self.settings.importance.scorer.name} scorer"
+                raise ConfigError(f"{what} need labeled images, but {datamodule.root} is a folder of unlabeled images; "
+                                  "set --evaluation.metrics '[]' (or [throughput]) and a label-free scorer, or give "
+                                  "a labeled folder (root/train/<class>/..., root/val/...)")
         self.inputs = DataModuleInputs(datamodule)
 
     # -- checks before any work ------------------------------------------------------------------------------
@@ -200,7 +221,7 @@ class Pipeline:
         scorer = self.settings.importance.scorer
         scorer.setup(self.model, None)
         bar = Progress("importance", batches, self._show() if scorer.requires_data else "off", unit="batch")
-        self._importance = {"started": time.perf_counter(), "bar": bar}
+        self._importance = {"started": time.perf_counter(), "bar": bar, "memory": self._start_memory()}
 
     def importance_step(self, batch: Any) -> dict[str, float]:
         """Feed one batch to the scorer; returns what to log (e.g. ``{"loss": ...}``)."""
@@ -224,6 +245,7 @@ class Pipeline:
         scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
         self.state.local = scorer.compute()
         self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
+        self.state.peak_memory_mb["importance"] = round(self._importance["memory"].peak_mb(), 1)
         self._importance = None
         self._end("importance")
         self.save_progress()
@@ -259,7 +281,7 @@ class Pipeline:
                 self.events.log_metrics({"search/fitness": value}, first + offset)
             self.events.log_metrics({"search/best_fitness": es.best_fitness, "search/sigma": es.sigma}, es.evaluations)
 
-        with eval_mode(self.model):
+        with eval_mode(self.model), self._peak_memory("search"):
             result = run_search(self.model, images, self._local_scores(), s, rank=self.dist.rank, world_size=world,
                                 all_gather=self.dist.all_gather, resume=self._search_progress, on_progress=saved,
                                 on_generation=logged, progress=self._show())
@@ -276,7 +298,7 @@ class Pipeline:
         s = self.settings
         if s.export.split == "fitness" and self.dist.is_main:
             started = time.perf_counter()
-            with eval_mode(self.model):
+            with eval_mode(self.model), self._peak_memory("splits"):
                 self.state.splits = choose_splits(self.model, self.fitness_images(), self.elastic_scores(),
                                                   s.export.budgets, s.search, s.export, self.cost, self._show())
             self._splits = split_table(self.state.splits)
@@ -311,6 +333,11 @@ class Pipeline:
         if not self.dist.is_main:
             self._end("export")
             return []
+        with self._peak_memory("export"):
+            return self._export(budgets, models_dir, overwrite, evaluate_dense)
+
+    def _export(self, budgets: Optional[Sequence[Budget | dict[str, Any] | str]], models_dir: Optional[str | Path],
+                overwrite: bool, evaluate_dense: bool) -> list[ExtractedModel]:
         s = self.settings
         started = time.perf_counter()
         before = (self.state.timings.correction_s or 0.0) + (self.state.timings.evaluation_s or 0.0)
@@ -435,7 +462,7 @@ class Pipeline:
         """What an interrupted run needs to continue exactly (tensors, numbers, strings and lists only)."""
         return {
             "fingerprint": self.state.fingerprint, "timings": self.state.timings.to_dict(),
-            "elapsed_s": self.state.elapsed(),
+            "elapsed_s": self.state.elapsed(), "peak_memory_mb": dict(self.state.peak_memory_mb),
             "local": None if self.state.local is None else self.state.local.to_dict(),
             "search": None if self._search_progress is None else self._search_progress.to_dict(),
         }
@@ -455,6 +482,7 @@ class Pipeline:
             )
         self.state.timings = type(self.state.timings)(**state.get("timings", {}))
         self.state.elapsed_before = float(state.get("elapsed_s", 0.0))
+        self.state.peak_memory_mb.update(state.get("peak_memory_mb", {}))
         if state.get("local") is not None:
             self.state.local = LocalScores.from_dict(state["local"])
             self._end("importance")

@@ -152,7 +152,7 @@ def extract_models(
                                                         device=table.device).median_batch_seconds
         if save_dir is not None:
             relative = Path(save_dir) / item.label
-            extra = {**item.record(), "base_fingerprint": scores.fingerprint, "base_spec": spec.to_dict()}
+            extra = {**item.checkpoint_record(), "base_fingerprint": scores.fingerprint, "base_spec": spec.to_dict()}
             if evaluation is not None and hasattr(evaluation, "describe"):
                 extra["evaluated_on"] = evaluation.describe()
             save_pruned(item.model, relative, spec, subnet, overwrite=overwrite,  # base_spec: the teacher of a fine-tune

@@ -14,7 +14,10 @@ DataViews = Literal["multicrop", "labeled", "plain"]
 
 
 def scoring_views(scorer: Scorer) -> DataViews:
-    """The batches a scorer needs: multi-crop views (self-supervised), labeled plain views, or none (plain)."""
+    """The batches a scorer needs: its own ``views`` if it names them (forward-only and sensitivity scorers:
+    plain), else multi-crop views (self-supervised), labeled plain views, or none (plain)."""
+    if scorer.views:
+        return scorer.views
     if not scorer.requires_data:
         return "plain"
     return "labeled" if scorer.requires_labels else "multicrop"

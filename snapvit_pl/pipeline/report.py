@@ -23,6 +23,7 @@ def build_report(state: RunState) -> dict[str, Any]:
         "model": state.spec.to_dict() | {"fingerprint": state.fingerprint},
         "method": state.method,
         "timings": state.timings.to_dict(),
+        "peak_memory_mb": state.peak_memory_mb, "peak_memory": state.memory_kind,
         "search": search,
         "splits": [asdict(choice) for choice in state.splits],
         "scores_file": state.scores_file,
@@ -81,10 +82,16 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
     lines = [
         f"# Pruning report: {report['model']['model_name']}", "",
         f"- scorer: `{report['method'].get('scorer', {}).get('name', '?')}`",
-        f"- search: `{method.get('optimizer', '?')}`, {search.get('evaluations', 0)} evaluations{fitness}"
-        + (f" (stopped by {search['stopped_by']})" if search.get("stopped_by") == "max_time" else ""),
+        (f"- search: `{method.get('optimizer', '?')}`, {search.get('evaluations', 0)} evaluations{fitness}"
+         + (f" (stopped by {search['stopped_by']})" if search.get("stopped_by") == "max_time" else ""))
+        if method.get("max_evaluations") else
+        f"- search: none (block coefficients from {method.get('initial_range', [1, 1])[0]:g} to "
+        f"{method.get('initial_range', [1, 1])[-1]:g})",
         f"- timings: {timings}", f"- elastic scores: `{report['scores_file']}`",
     ]
+    if report.get("peak_memory_mb"):
+        lines.append(f"- peak memory ({report.get('peak_memory', '')}): " + ", ".join(
+            f"{stage} {mb:,.0f} MiB" for stage, mb in report["peak_memory_mb"].items()))
     skipped = sum(len(files) for files in report.get("skipped_files", {}).values())
     if skipped:
         lines.append(f"- data: {skipped} unreadable file(s) skipped (listed in report.json)")

@@ -15,7 +15,7 @@ from ..elastic.budget import Budget, default_budgets
 from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from ..errors import ConfigError
 from ..eval.suite import EvaluationSettings
-from ..scoring import Scorer, SSLFisher
+from ..scoring import OutputSensitivity, Scorer
 from ..search.settings import SearchSettings
 
 
@@ -24,7 +24,7 @@ class ImportanceSettings:
     """Which local score, and how much of each block is protected from pruning.
 
     Args:
-        scorer: any :class:`snapvit_pl.scoring.Scorer` (default ``SSLFisher()``, label-free).
+        scorer: any :class:`snapvit_pl.scoring.Scorer` (default ``OutputSensitivity()``, label-free).
         min_mlp_keep: share of each block's MLP neurons never pruned.
         min_head_keep: share of each block's heads never pruned.
     """
@@ -35,7 +35,7 @@ class ImportanceSettings:
 
     def __post_init__(self) -> None:
         if self.scorer is None:
-            self.scorer = SSLFisher()
+            self.scorer = OutputSensitivity()
         for name in ("min_mlp_keep", "min_head_keep"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"importance.{name} must lie in [0, 1], got {getattr(self, name)}")

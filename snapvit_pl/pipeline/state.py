@@ -15,6 +15,9 @@ from ..scoring.base import LocalScores
 from ..search.loop import SearchResult
 from .splits import SplitChoice
 
+#: Evaluation results that depend on the machine and the moment, not on the model: kept out of saved models.
+MEASURED_KEYS = ("timings_s", "throughput_images_per_s", "throughput_batch_size", "throughput_device", "peak_memory_mb")
+
 
 @dataclass
 class Timings:
@@ -100,6 +103,17 @@ class ExtractedModel:
                 entry[key] = getattr(self, key)
         return entry
 
+    def checkpoint_record(self) -> dict[str, Any]:
+        """What the saved model records (``architecture.json``'s ``extra``): :meth:`record` without what depends on
+        the machine or the moment (timings, throughput, latency, memory), so that a model is byte-identical
+        however its run was interrupted and resumed; report.json keeps those."""
+        entry = {k: v for k, v in self.record().items() if k not in ("checkpoint", "latency_ms", "predicted_latency_ms")}
+        if "metrics" in entry:
+            entry["metrics"] = {k: v for k, v in entry["metrics"].items() if k not in MEASURED_KEYS}
+        if "correction" in entry:
+            entry["correction"] = {k: v for k, v in entry["correction"].items() if k != "seconds"}
+        return entry
+
 
 @dataclass
 class RunState:
@@ -122,6 +136,8 @@ class RunState:
     scores_file: Optional[str] = None
     skipped_files: dict[str, list[str]] = field(default_factory=dict)  # unreadable data files passed over, per split
     timings: Timings = field(default_factory=Timings)
+    peak_memory_mb: dict[str, float] = field(default_factory=dict)  # per stage (the kind: memory_kind)
+    memory_kind: str = ""  # "CUDA max allocated" or "process peak RSS"
     elapsed_before: float = 0.0  # seconds spent by earlier processes of this run (a resumed run)
     started: float = field(default_factory=time.perf_counter)  # this process's start
 

@@ -3,19 +3,27 @@
 =================  =================================  ======  ======  =========================
 name               class                              data    labels  notes
 =================  =================================  ======  ======  =========================
-``ssl_fisher``     :class:`SSLFisher` (default)       yes     no      multi-crop views, teacher
+``sensitivity``    :class:`OutputSensitivity` (default) yes   no      Gauss-Newton drift of the embedding
+``ssl_fisher``     :class:`SSLFisher`                 yes     no      multi-crop views, teacher (SnapViT)
 ``label_fisher``   :class:`LabelFisher`               yes     yes     needs a classifier head
 ``snip_magnitude`` :class:`SNIPMagnitude`             yes     no      multi-crop views, teacher
 ``magnitude``      :class:`Magnitude`                 no      no      weights only
 ``lamp``           :class:`LAMP`                      no      no      weights only
 ``random``         :class:`RandomScorer`              no      no      seeded
+``activation``     :class:`Activation`                yes     no      forward only (Minitron / ModelOpt)
+``wanda_sp``       :class:`WandaSP`                   yes     no      forward only (Wanda-sp)
+``flap``           :class:`FLAP`                      yes     no      forward only (FLAP)
+``taylor``         :class:`Taylor`                    yes     no      multi-crop views, teacher (Torch-Pruning)
+``ssl_mask_fisher`` :class:`SSLMaskFisher`            yes     no      per-sample mask Fisher, teacher
+``gn_greedy``      :class:`GaussNewtonGreedy`         yes     no      greedy order under the GN drift
 =================  =================================  ======  ======  =========================
 
 All share :class:`Scorer`'s ``setup / update / reduce / compute`` interface and return
 :class:`LocalScores`; a YAML picks one by ``class_path`` (e.g. ``snapvit_pl.scoring.SSLFisher``),
-code by :func:`build_scorer`. SnapViT's default is ``ssl_fisher`` with ``reduction="squared_sum"``
-(the reference implementation's choice, and invariant to batching and DDP sharding; see
-:mod:`snapvit_pl.scoring.gradient`).
+code by :func:`build_scorer`. The pipeline's default is ``sensitivity``: calibrated across blocks
+(its unit is the fitness's embedding drift), it needs no coefficient search (docs/method.md, "The
+default score"). SnapViT's own score is ``ssl_fisher`` with ``reduction="squared_sum"`` (the reference
+implementation's choice, invariant to batching and DDP sharding; see :mod:`snapvit_pl.scoring.gradient`).
 """
 from __future__ import annotations
 
@@ -23,14 +31,18 @@ from typing import Any
 
 from .base import LocalScores, NonFiniteGradientError, Scorer, ScoringError, split_batch
 from .gradient import REDUCTIONS, GradientScorer, LabelFisher, SNIPMagnitude, SSLFisher, self_distillation_loss
+from .activation import FLAP, Activation, ActivationStatistics, WandaSP
+from .sensitivity import GaussNewtonGreedy, MaskGradientScorer, OutputSensitivity, SSLMaskFisher
+from .taylor import Taylor
 from .weights import LAMP, Magnitude, RandomScorer, lamp
 
 SCORERS: dict[str, type[Scorer]] = {
-    cls.name: cls for cls in (SSLFisher, LabelFisher, SNIPMagnitude, Magnitude, LAMP, RandomScorer)
+    cls.name: cls for cls in (OutputSensitivity, SSLFisher, LabelFisher, SNIPMagnitude, Magnitude, LAMP, RandomScorer,
+                              Activation, WandaSP, FLAP, Taylor, SSLMaskFisher, GaussNewtonGreedy)
 }
 
 
-def build_scorer(name: str = "ssl_fisher", **kwargs: Any) -> Scorer:
+def build_scorer(name: str = "sensitivity", **kwargs: Any) -> Scorer:
     """A scorer by name, e.g. ``build_scorer("ssl_fisher", reduction="fisher")``.
 
     Raises:
@@ -42,7 +54,8 @@ def build_scorer(name: str = "ssl_fisher", **kwargs: Any) -> Scorer:
 
 
 __all__ = [
-    "GradientScorer", "LAMP", "LabelFisher", "LocalScores", "Magnitude", "NonFiniteGradientError", "REDUCTIONS",
+    "Activation", "ActivationStatistics", "FLAP", "GaussNewtonGreedy", "MaskGradientScorer", "OutputSensitivity",
+    "SSLMaskFisher", "Taylor", "WandaSP", "GradientScorer", "LAMP", "LabelFisher", "LocalScores", "Magnitude", "NonFiniteGradientError", "REDUCTIONS",
     "RandomScorer", "SCORERS", "SNIPMagnitude", "SSLFisher", "Scorer", "ScoringError", "build_scorer", "lamp",
     "self_distillation_loss", "split_batch",
 ]

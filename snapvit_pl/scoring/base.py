@@ -104,11 +104,15 @@ class Scorer(ABC):
         name: the ``build_scorer`` name.
         requires_data: ``update`` must see batches before ``compute``.
         requires_labels: batches must be ``(images, labels)``.
+        views: the pruning-data views the scorer is defined on when its needs do not imply them
+            (``"plain"``: ``[B, C, H, W]`` images, for forward-only and output-sensitivity scorers); None: multi-crop
+            views for label-free data scorers, labeled plain views for label-based ones.
     """
 
     name: str = "scorer"
     requires_data: bool = True
     requires_labels: bool = False
+    views: Optional[str] = None
 
     def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
         """Bind to the bare timm model (not a DDP wrapper); resets the accumulators.
@@ -155,6 +159,71 @@ class Scorer(ABC):
     def _require_setup(self) -> None:
         if getattr(self, "model", None) is None:
             raise ScoringError(f"{self.name}: call setup(model) before update/compute")
+
+
+class SummedStatistics(Scorer):
+    """A scorer whose statistics are sums over samples: ``self._acc`` (name -> tensor), ``self._batches``,
+    ``self._samples`` and ``self._device``. It gets the DDP reduction (a sum of every accumulator and of both
+    counts), the resume state and device following from here; a subclass sets them in ``setup``."""
+
+    def _init_accumulators(self) -> dict[str, Tensor]:
+        return {k: torch.zeros_like(v) for k, v in self._acc.items()}
+
+    def _start_counting(self) -> None:
+        """End of ``setup`` (``self._acc`` made): zero counts, then a state loaded before ``setup``, if any."""
+        self._batches, self._samples = 0, 0
+        pending, self._pending = getattr(self, "_pending", None), None
+        if pending is not None:
+            self.load_state_dict(pending)
+
+    def _identity(self) -> dict[str, Any]:
+        """What a saved state must match to be resumed by this scorer (its name and settings)."""
+        return {"scorer": self.name, "config": self.config()}
+
+    def _follow_device(self) -> None:
+        """Lightning may move the model after ``setup``: the accumulators follow it."""
+        device = model_device_dtype(self.model)[0]
+        if device != self._device:
+            self._device = device
+            self._acc = {k: v.to(device) for k, v in self._acc.items()}
+
+    def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
+        self._require_setup()
+        self._follow_device()
+        for key in sorted(self._acc):
+            self._acc[key] = all_reduce_sum(self._acc[key])
+        counts = all_reduce_sum(torch.tensor([self._batches, self._samples], dtype=torch.float64, device=self._device))
+        self._batches, self._samples = (int(round(c)) for c in counts.tolist())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counts and accumulators (CPU tensors); before ``setup``: the pending or an empty state."""
+        if getattr(self, "model", None) is None:
+            return getattr(self, "_pending", None) or {**self._identity(), "batches": 0, "samples": 0,
+                                                       "accumulators": {}}
+        return {**self._identity(), "batches": self._batches, "samples": self._samples,
+                "accumulators": {k: v.detach().cpu().clone() for k, v in self._acc.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore accumulators and counts (before ``setup`` too: applied when it runs)."""
+        identity = self._identity()
+        if any(state.get(k) != v for k, v in identity.items()):
+            def described(d: dict[str, Any]) -> str:
+                return " ".join(f"({k} {d.get(k)})" for k in identity if k != "scorer")
+            raise CheckpointError(f"scorer state of {state.get('scorer')} {described(state)} cannot resume "
+                                  f"{self.name} {described(identity)}; use the same scorer configuration")
+        if getattr(self, "model", None) is None:
+            self._pending = state
+            return
+        saved = state["accumulators"]
+        if not saved and not state["batches"]:  # the empty state of a scorer saved before its setup
+            self._acc = self._init_accumulators()
+            self._batches, self._samples = 0, 0
+            return
+        if set(saved) != set(self._acc) or any(saved[k].shape != v.shape for k, v in self._acc.items()):
+            raise CheckpointError(f"{self.name} state does not fit this model (other blocks or widths)")
+        for key, value in self._acc.items():
+            value.copy_(saved[key])
+        self._batches, self._samples = int(state["batches"]), int(state["samples"])
 
 
 # -- batches -----------------------------------------------------------------------------------

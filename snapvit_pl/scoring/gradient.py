@@ -40,7 +40,7 @@ from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import UnitGroup
 from .base import (
-    LocalScores, NonFiniteGradientError, Rows, Scorer, ScoringError, grad_only, head_rows,
+    LocalScores, NonFiniteGradientError, Rows, Scorer, ScoringError, SummedStatistics, grad_only, head_rows,
     model_device_dtype, neuron_rows, split_batch, to_model, unit_count, unit_mean, unit_sum,
 )
 
@@ -82,7 +82,7 @@ class _Group:
     param_index: list[int]
 
 
-class GradientScorer(Scorer):
+class GradientScorer(SummedStatistics):
     """Shared machinery of the gradient scorers; subclasses provide ``_loss``."""
 
     reduction: str = "squared_sum"
@@ -92,10 +92,7 @@ class GradientScorer(Scorer):
         self._bind()
         self._acc_dtype = torch.promote_types(self._dtype, torch.float32)  # float64 models keep float64
         self._acc = self._init_accumulators()
-        self._batches, self._samples = 0, 0
-        pending, self._pending = getattr(self, "_pending", None), None
-        if pending is not None:
-            self.load_state_dict(pending)
+        self._start_counting()
 
     def _bind(self) -> None:
         """Find the weights to differentiate (again after the model moved to another device)."""
@@ -165,6 +162,9 @@ class GradientScorer(Scorer):
         """Accumulate the gradient itself (summed over samples), rather than a per-batch statistic of it."""
         return self.reduction in ("squared_sum", "snip")
 
+    def _identity(self) -> dict[str, Any]:
+        return {"scorer": self.name, "reduction": self.reduction}
+
     def _init_accumulators(self) -> dict[str, Tensor]:
         acc = {}
         for group in self._groups:
@@ -191,14 +191,6 @@ class GradientScorer(Scorer):
             return unit_mean([g.square() for g in self._mean_gradients(group)])
         return self._acc[group.key] / self._batches
 
-    def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
-        self._require_setup()
-        self._follow_device()
-        for key in sorted(self._acc):
-            self._acc[key] = all_reduce_sum(self._acc[key])
-        counts = all_reduce_sum(torch.tensor([self._batches, self._samples], dtype=torch.float64, device=self._device))
-        self._batches, self._samples = (int(round(c)) for c in counts.tolist())
-
     def compute(self) -> LocalScores:
         self._require_setup()
         if self._batches == 0:
@@ -209,38 +201,6 @@ class GradientScorer(Scorer):
                            [scores[f"{b.index}.neurons"] for b in self.blocks])
 
     # -- resume --------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Counts and accumulators (CPU tensors); before ``setup``: the pending or an empty state."""
-        if getattr(self, "model", None) is None:
-            empty = {"scorer": self.name, "reduction": self.reduction, "batches": 0, "samples": 0, "accumulators": {}}
-            return getattr(self, "_pending", None) or empty
-        return {
-            "scorer": self.name, "reduction": self.reduction, "batches": self._batches, "samples": self._samples,
-            "accumulators": {k: v.detach().cpu().clone() for k, v in self._acc.items()},
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore accumulators and counts (before ``setup`` too: applied when it runs)."""
-        if state.get("scorer") != self.name or state.get("reduction") != self.reduction:
-            raise CheckpointError(
-                f"scorer state of {state.get('scorer')} (reduction {state.get('reduction')}) cannot resume "
-                f"{self.name} (reduction {self.reduction}); use the same scorer configuration"
-            )
-        if getattr(self, "model", None) is None:
-            self._pending = state
-            return
-        saved = state["accumulators"]
-        if not saved and not state["batches"]:  # the empty state of a scorer saved before its setup
-            self._acc = self._init_accumulators()
-            self._batches, self._samples = 0, 0
-            return
-        if set(saved) != set(self._acc) or any(saved[k].shape != v.shape for k, v in self._acc.items()):
-            raise CheckpointError(f"{self.name} state does not fit this model (other blocks or widths)")
-        for key, value in self._acc.items():
-            value.copy_(saved[key])
-        self._batches, self._samples = int(state["batches"]), int(state["samples"])
-
-
 class _SelfDistillation:
     """DINO-style loss between the model (student, all views) and a frozen teacher (global views)."""
 

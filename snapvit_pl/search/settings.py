@@ -19,19 +19,26 @@ OPTIMIZERS: dict[str, type[EvolutionStrategy]] = {"snes": SNES, "xnes": XNES}
 DEFAULT_SPARSITY_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.35, 0.2), (0.55, 0.4), (0.65, 0.5))
 
 
+#: The paper's initial coefficients, from the first block to the last (METHOD section 2).
+SNAPVIT_INITIAL_RANGE: tuple[float, float] = (1.2, 0.8)
+
+
 @dataclass
 class SearchSettings:
     """How the coefficients are searched, and the fitness every candidate (and every split) is judged by.
 
-    The paper's settings are ``SearchSettings.paper()``: xNES, step size 1 on the coefficients
-    themselves, the default population, 50 evaluations. The defaults here differ where the paper's
-    barely move in short budgets (see docs/method.md): a separable NES whose step sizes adapt within
-    tens of generations, searching the logarithms of the coefficients (step 0.5, i.e. factors of about
-    e^0.5), 8 candidates per generation, 150 evaluations.
+    By default nothing is searched (``max_evaluations: 0``, every coefficient 1): the default score,
+    :class:`snapvit_pl.scoring.OutputSensitivity`, is already in the fitness's units in every block, and
+    a search over it did not help on the development models (docs/method.md, "The default score");
+    the fitness still chooses each budget's head/MLP split. For scores that are not calibrated across
+    blocks (SnapViT's SSL-Fisher), ``SearchSettings.snapvit()`` is this project's search (a separable NES
+    on the log coefficients, step 0.5, 8 candidates per generation, 150 evaluations, coefficients from
+    1.2 to 0.8), and ``SearchSettings.paper()`` the paper's (xNES on the coefficients themselves, step 1,
+    the default population, 50 evaluations).
 
     Args:
         optimizer: ``snes`` (separable NES) or ``xnes`` (the paper's full-covariance xNES).
-        max_evaluations: fitness evaluations (candidates); 0 keeps the initial coefficients.
+        max_evaluations: fitness evaluations (candidates); 0 (default) keeps the initial coefficients.
         max_time: wall-clock limit of the search in seconds (None: none); the search stops before
             a generation it predicts would end past the limit.
         popsize: candidates per generation (None: ``4 + floor(3 ln D)``, the NES papers' choice; 8 gives a
@@ -44,11 +51,11 @@ class SearchSettings:
         batch_size: forward batch size of the fitness.
         pca_components: PCA dimension of the embeddings (at most ``num_images``).
         sparsity_pairs: (mlp_ratio, head_ratio) pairs averaged by the fitness.
-        initial_range: the initial coefficients go linearly from the first to the last block.
+        initial_range: the initial coefficients go linearly from the first to the last block (default all 1).
     """
 
     optimizer: Literal["snes", "xnes"] = "snes"
-    max_evaluations: int = 150
+    max_evaluations: int = 0
     max_time: Optional[float] = None
     popsize: Optional[int] = 8
     sigma: float = 0.5
@@ -58,7 +65,7 @@ class SearchSettings:
     batch_size: int = 64
     pca_components: int = 192
     sparsity_pairs: list[tuple[float, float]] = field(default_factory=lambda: [tuple(p) for p in DEFAULT_SPARSITY_PAIRS])
-    initial_range: tuple[float, float] = (1.2, 0.8)
+    initial_range: tuple[float, float] = (1.0, 1.0)
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in
@@ -90,7 +97,13 @@ class SearchSettings:
     def paper(cls, **overrides: Any) -> "SearchSettings":
         """The paper's search (METHOD section 2): xNES on the coefficients, sigma 1, default population."""
         return cls(**{"optimizer": "xnes", "sigma": 1.0, "parametrization": "linear", "popsize": None,
-                      "max_evaluations": 50, **overrides})
+                      "max_evaluations": 50, "initial_range": SNAPVIT_INITIAL_RANGE, **overrides})
+
+    @classmethod
+    def snapvit(cls, **overrides: Any) -> "SearchSettings":
+        """This project's search for SnapViT's SSL-Fisher scores: SNES on the log coefficients, 150 evaluations,
+        coefficients starting from the paper's 1.2 (first block) to 0.8 (last block)."""
+        return cls(**{"max_evaluations": 150, "initial_range": SNAPVIT_INITIAL_RANGE, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready settings (the record in the report and the elastic artifact)."""

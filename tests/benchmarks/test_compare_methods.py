@@ -1,4 +1,4 @@
-"""compare_methods.py's report merge (runs over models or seeds, in parallel)."""
+"""compare_methods.py's report: the merge of runs over models or seeds, the goal, the tables and plots."""
 import json
 import sys
 from pathlib import Path
@@ -7,19 +7,22 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.compare_methods import PAPER_PAIRS, aggregate, merge  # noqa: E402
+from benchmarks.compare_methods import PAPER_PAIRS, aggregate, goal, merge  # noqa: E402
 
 
-def report(seeds, methods, partial=False, dense=0.9):
-    rows = [{"method": m, "seed": s, "pair": list(pair), "params": 100 - 10 * i, "head_top1": 0.8 + 0.01 * s,
-             "linear_top1": 0.8, "knn_top1": 0.8} for m in methods for s in seeds for i, pair in enumerate(PAPER_PAIRS)]
-    entry = {"dense": {"params": 100, "head_top1": dense, "linear_top1": dense, "knn_top1": dense,
+def report(seeds, methods, partial=False, dense=0.9, corrected=(False, True)):
+    rows = [{"method": m, "seed": s, "corrected": c, "pair": list(pair), "params": 100 - 10 * i, "flops": 200 - 20 * i,
+             "head_top1": 0.8 + 0.01 * s + (0.02 if c else 0.0) + (0.005 if m == "ours" else 0.0),
+             "linear_top1": 0.8, "knn_top1": 0.8}
+            for m in methods for s in seeds for c in corrected for i, pair in enumerate(PAPER_PAIRS)]
+    entry = {"dense": {"params": 100, "flops": 200, "head_top1": dense, "linear_top1": dense, "knn_top1": dense,
                        "timings_s": {"classification": 10.0 + seeds[0]}},
-             "search_settings": {"max_evaluations": 80, "seed": seeds[0]}, "rows": rows, "summary": aggregate(rows),
-             "runs": [{"method": m, "seed": s} for m in methods for s in seeds]}
+             "search_settings": {"max_evaluations": 0, "seed": seeds[0]}, "rows": rows, "summary": aggregate(rows),
+             "runs": [{"method": m, "seed": s, "corrected": c} for m in methods for s in seeds for c in corrected]}
     return {"quick": False, "name": "x", "partial": partial, "total_s": 60.0, "models": {"reference": entry},
             "machine": {"date": "d", "cpu": "c", "torch_threads": 1},
-            "settings": {"methods": methods, "seeds": seeds, "split": "test", "val_samples": None, "train_samples": 10}}
+            "settings": {"methods": methods, "seeds": seeds, "split": "test", "val_samples": None, "train_samples": 10,
+                         "cut": "split", "correction": "both"}}
 
 
 def write(tmp_path, name, data):
@@ -29,16 +32,38 @@ def write(tmp_path, name, data):
 
 
 def test_merge_combines_seeds_of_a_model_and_refuses_a_measurement_twice(tmp_path):
-    first = write(tmp_path, "a", report([0], ["ours_split", "ours", "label_fisher"], partial=True))
-    second = write(tmp_path, "b", report([1, 2], ["ours_split", "label_fisher"]))
+    first = write(tmp_path, "a", report([0], ["ours", "snapvit", "label_fisher"], partial=True))
+    second = write(tmp_path, "b", report([1, 2], ["ours", "label_fisher"]))
     merged = merge([first, second], tmp_path / "merged")
-    cell = merged["models"]["reference"]["summary"]["ours_split"]["0.65,0.50"]["head_top1"]
-    assert cell["n"] == 3 and cell["mean"] == pytest.approx(0.81)
-    assert merged["models"]["reference"]["summary"]["ours"]["0.65,0.50"]["head_top1"]["n"] == 1
+    summary = merged["models"]["reference"]["summary"]
+    cell = summary["ours"]["0.65,0.50"]["head_top1"]
+    assert cell["n"] == 3 and cell["mean"] == pytest.approx(0.815)
+    assert summary["ours+correction"]["0.65,0.50"]["head_top1"]["mean"] == pytest.approx(0.835)
+    assert summary["snapvit"]["0.65,0.50"]["head_top1"]["n"] == 1
     assert merged["settings"]["seeds"] == [0, 1, 2] and "interrupted" in merged["merged_from"][0]
     text = (tmp_path / "merged.md").read_text()
-    assert "(n=1)" in text and "Merged from 2 runs" in text and (tmp_path / "merged.png").stat().st_size > 0
-    with pytest.raises(ValueError, match="ours_split seed 1"):
+    assert "(n=1)" in text and "Merged from 2 runs" in text and "own-head top-1, corrected" in text
+    assert (tmp_path / "merged.png").stat().st_size > 0 and (tmp_path / "merged_flops.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="ours seed 1"):
         merge([second, second], tmp_path / "again")
     with pytest.raises(ValueError, match="disagree"):
-        merge([first, write(tmp_path, "c", report([3], ["ours_split"], dense=0.5))], tmp_path / "bad")
+        merge([first, write(tmp_path, "c", report([3], ["ours"], dense=0.5))], tmp_path / "bad")
+
+
+def test_goal_compares_ours_with_every_method_in_the_same_correction_state():
+    data = report([0], ["ours", "label_fisher", "snapvit"])
+    checks = goal(data)
+    assert set(checks) == {"ours", "ours+correction"}
+    plain = checks["ours"]["checks"]
+    assert {c["rival"] for c in plain} == {"label_fisher", "snapvit"} and len(plain) == 4 * 2 * 2
+    assert all(c["margin"] == pytest.approx(0.005) for c in plain if c["metric"] == "head_top1")
+    assert all(c["margin"] == 0 for c in plain if c["metric"] == "linear_top1")  # a tie counts as met
+    assert checks["ours"]["met"] and {c["rival"] for c in checks["ours+correction"]["checks"]} == \
+        {"label_fisher+correction", "snapvit+correction"}
+    # one cell where a rival is ahead: not met, and that cell is named
+    data["models"]["reference"]["rows"][-1]["linear_top1"] = 0.9  # snapvit, corrected, the sparsest pair
+    data["models"]["reference"]["summary"] = aggregate(data["models"]["reference"]["rows"])
+    after = goal(data)
+    assert after["ours"]["met"] and not after["ours+correction"]["met"]
+    (loss,) = [c for c in after["ours+correction"]["checks"] if c["margin"] < 0]
+    assert (loss["rival"], loss["pair"], loss["metric"]) == ("snapvit+correction", "0.65,0.50", "linear_top1")

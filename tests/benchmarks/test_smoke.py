@@ -16,10 +16,15 @@ def test_gpu_pipeline_tiny_runs_every_stage_on_cpu(tmp_path):
     assert main(["--tiny", "--out", str(tmp_path / "gpu")]) == 0
     report = json.loads((tmp_path / "gpu.json").read_text())
     entry = report["models"]["tiny"]
-    assert set(entry["stages"]) == {"load", "importance", "search_4", "search_8", "extraction"}
-    assert entry["search"]["floor"]["ratio"] > 0 and len(entry["throughput"]) == 7
+    assert set(entry["seconds"]) == {"load", "importance", "search", "splits", "export", "correction_one_model"}
+    assert entry["scorer"]["name"] == "sensitivity" and entry["importance_views"] == "plain"  # the default scorer
+    assert set(entry["peak_memory_mb"]) == {"importance", "search", "splits", "export"}
+    assert entry["search"]["floor"]["ratio"] > 0 and len(entry["throughput"]) == 8  # dense, flops0.5, six pairs
+    assert entry["at_config_sizes"]["importance_s"] == pytest.approx(1000 * entry["per_image"]["importance_s_per_image"], rel=0.01)
+    assert entry["at_config_sizes"]["correction_s_per_model"] == pytest.approx(
+        256 * entry["per_image"]["correction_s_per_calibration_image"], rel=0.01)
     assert {"bf16_b1_images_per_s", "32_b8_images_per_s"} <= set(entry["throughput"][0])
-    assert (tmp_path / "gpu.md").read_text().startswith("# The pipeline on an accelerator")
+    assert (tmp_path / "gpu.md").read_text().startswith("# The pipeline on full-size models")
 
 
 @pytest.mark.slow
@@ -31,3 +36,18 @@ def test_latency_budget_quick(tmp_path):
     report = json.loads((tmp_path / "latency.json").read_text())
     for entry in report["batches"].values():
         assert len(entry["rows"]) == 6 and all(r["predicted_ms"] <= r["budget_ms"] + 1e-6 for r in entry["rows"])
+
+
+@pytest.mark.slow
+@needs_data
+def test_compare_methods_quick_gives_every_method_the_split_and_the_correction(tmp_path):
+    from benchmarks.compare_methods import main
+
+    main(["--quick", "--threads", "1", "--out", str(tmp_path / "compare")])
+    report = json.loads((tmp_path / "compare.json").read_text())
+    entry = report["models"]["reference"]
+    assert {(r["method"], r["corrected"]) for r in entry["runs"]} == \
+        {(m, c) for m in ("ours", "snapvit", "magnitude") for c in (False, True)}
+    assert all("splits" in r for r in entry["runs"])  # every method cut at the fitness-chosen split
+    assert {"ours", "ours+correction"} == set(report["goal"])
+    assert (tmp_path / "compare_flops.png").stat().st_size > 0

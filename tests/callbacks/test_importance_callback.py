@@ -16,7 +16,8 @@ def _run(callback, trainer, module):
 
 
 def test_hooks_give_the_scores_of_one_pass_and_save_them_for_resume(trainer, module, tmp_path):
-    module.pipeline.settings.importance = ImportanceSettings(SSLFisher(), min_mlp_keep=0.1)
+    module.configure_pipeline(PipelineSettings(importance=ImportanceSettings(SSLFisher(), min_mlp_keep=0.1)),
+                              run_dir=tmp_path, progress="off")
     callback = ImportanceCallback()
     t = trainer([callback])
     _run(callback, t, module)

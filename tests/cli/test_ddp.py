@@ -1,5 +1,9 @@
-"""2-process DDP on CPU (gloo): prune.py gives the single-process result; train.py saves a checkpoint."""
+"""Several processes on CPU (gloo), launched as users launch them: ``--trainer.devices 2`` (with or without a
+strategy), two nodes through torchrun, two nodes under SLURM's environment. Pruning gives the single-process
+result with the search's population split across every rank; training saves a checkpoint."""
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,39 +19,117 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="apt-get install dataset-fashion-mnist"),
 ]
+EVALUATIONS = 6
 
 
-def _run(script: str, args: list[str], cwd: Path) -> None:
-    result = subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra: str) -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", **extra}
+
+
+def _run(command: list[str], cwd: Path, env: dict | None = None) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600, env=env or _env())
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_prune_ddp_matches_single_process(tiny_prune_args, tmp_path):
-    args = [a for a in tiny_prune_args if not str(a).startswith(str(tmp_path))]
-    args.remove("--out_dir")
-    args += ["--search.max_evaluations=6", "--evaluation.metrics=[]"]
-    _run("prune.py", ["--out_dir", str(tmp_path / "single"), *args], tmp_path)
-    _run("prune.py", ["--out_dir", str(tmp_path / "ddp"), *args, "--trainer.strategy=ddp", "--trainer.devices=2"], tmp_path)
-    single = ElasticScores.load(tmp_path / "single" / "elastic_scores.safetensors")
-    ddp = ElasticScores.load(tmp_path / "ddp" / "elastic_scores.safetensors")
-    for a, b in zip(single.neuron_scores + single.head_scores, ddp.neuron_scores + ddp.head_scores):
+def _together(commands: list[tuple[list[str], dict]], cwd: Path) -> None:
+    """Start the processes of one multi-node run at once and wait for all of them."""
+    processes = [subprocess.Popen(c, cwd=cwd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for c, e in commands]
+    for process in processes:
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def prune_args():
+    return ["--model.checkpoint_path=null", "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2",
+            "--model.model_kwargs.num_heads=4", "--data.init_args.max_samples=48", "--data.init_args.batch_size=16",
+            "--data.init_args.n_local_views=2", f"--search.max_evaluations={EVALUATIONS}", "--search.num_images=32",
+            "--search.batch_size=32", "--search.pca_components=8", "--export.budgets=[{flops: 0.6}]",
+            "--export.split_grid=0", "--evaluation.metrics=[]", "--report.print_table=false", "--progress=off",
+            "--trainer.accelerator=cpu"]
+
+
+@pytest.fixture(scope="module")
+def single(prune_args, tmp_path_factory):
+    """The single-process run everything is compared with."""
+    out = tmp_path_factory.mktemp("single")
+    _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(out), *prune_args], out)
+    assert json.loads((out / "report.json").read_text())["search"]["evaluations_per_rank"] == [EVALUATIONS]
+    return ElasticScores.load(out / "elastic_scores.safetensors")
+
+
+def _same_as_single(out: Path, single: ElasticScores, ranks: int = 2) -> ElasticScores:
+    scores = ElasticScores.load(out / "elastic_scores.safetensors")
+    for a, b in zip(single.neuron_scores + single.head_scores, scores.neuron_scores + scores.head_scores):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * float(a.abs().max()))
-    torch.testing.assert_close(ddp.coefficients, single.coefficients, rtol=1e-5, atol=1e-6)
-    report = json.loads((tmp_path / "ddp" / "report.json").read_text())
-    assert report["search"]["evaluations_per_rank"] == [3, 3]  # 6 candidates, each evaluated once
-    assert json.loads((tmp_path / "single" / "report.json").read_text())["search"]["evaluations_per_rank"] == [6]
+    torch.testing.assert_close(scores.coefficients, single.coefficients, rtol=1e-5, atol=1e-6)
+    report = json.loads((out / "report.json").read_text())
+    assert report["search"]["evaluations_per_rank"] == [EVALUATIONS // ranks] * ranks  # each candidate once
+    return scores
 
 
-def test_train_ddp_two_processes_saves_loadable_checkpoint(tmp_path):
+def test_two_devices_choose_the_pruning_ddp_with_or_without_a_strategy(prune_args, single, tmp_path):
+    _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / "devices"), *prune_args,
+          "--trainer.devices=2"], tmp_path)
+    _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / "ddp"), *prune_args,
+          "--trainer.devices=2", "--trainer.strategy=ddp"], tmp_path)
+    plain, explicit = (_same_as_single(tmp_path / name, single) for name in ("devices", "ddp"))
+    assert torch.equal(plain.coefficients, explicit.coefficients)
+    assert all(torch.equal(a, b) for a, b in zip(plain.neuron_scores, explicit.neuron_scores))
+
+
+def test_two_nodes_through_torchrun(prune_args, single, tmp_path):
+    port = str(_free_port())
+    commands = [([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={r}",
+                  "--master-addr=127.0.0.1", f"--master-port={port}", str(ROOT / "prune.py"), "--out_dir",
+                  str(tmp_path / "run"), *prune_args, "--trainer.num_nodes=2", "--trainer.devices=1"], _env())
+                for r in (0, 1)]
+    _together(commands, tmp_path)
+    _same_as_single(tmp_path / "run", single)
+
+
+def test_two_nodes_under_slurm(prune_args, single, tmp_path):
+    """What srun sets for a 2-node job with one task per node (Lightning reads it: no launcher needed)."""
+    port = str(_free_port())
+    commands = [([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / "run"), *prune_args,
+                  "--trainer.num_nodes=2", "--trainer.devices=1"],
+                 _env(SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="1", SLURM_PROCID=str(r), SLURM_LOCALID="0",
+                      SLURM_NODEID=str(r), SLURM_JOB_ID="4242", SLURM_JOB_NAME="prune", SLURM_NODELIST="localhost",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+                for r in (0, 1)]
+    _together(commands, tmp_path)
+    _same_as_single(tmp_path / "run", single)
+
+
+def _train_args(run: Path) -> list[str]:
+    return ["fit", "--config", str(ROOT / "configs" / "train" / "reference_fmnist.yaml"),
+            "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2", "--model.model_kwargs.num_heads=4",
+            f"--trainer.default_root_dir={run}", f"--trainer.logger.init_args.save_dir={run}", "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", "--trainer.enable_progress_bar=false",
+            "--data.init_args.batch_size=16", "--data.init_args.num_workers=0", "--trainer.accelerator=cpu"]
+
+
+def test_train_two_processes_saves_loadable_checkpoint(tmp_path):
     run = tmp_path / "run"
-    _run("train.py", [
-        "fit", "--config", str(ROOT / "configs" / "train" / "reference_fmnist.yaml"),
-        "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2", "--model.model_kwargs.num_heads=4",
-        f"--trainer.default_root_dir={run}", f"--trainer.logger.init_args.save_dir={run}", "--trainer.max_epochs=1",
-        "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", "--trainer.enable_progress_bar=false",
-        "--data.init_args.batch_size=16", "--data.init_args.num_workers=0",
-        "--trainer.strategy=ddp", "--trainer.devices=2",
-    ], tmp_path)
+    _run([sys.executable, str(ROOT / "train.py"), *_train_args(run), "--trainer.strategy=ddp", "--trainer.devices=2"],
+         tmp_path)
     model, record = load_pruned(run / "model")
     assert record["heads"] == [4, 4]
     assert torch.isfinite(model(torch.zeros(1, 1, 28, 28))).all()
+
+
+def test_train_two_nodes_through_torchrun(tmp_path):
+    run, port = tmp_path / "run", str(_free_port())
+    commands = [([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={r}",
+                  "--master-addr=127.0.0.1", f"--master-port={port}", str(ROOT / "train.py"), *_train_args(run),
+                  "--trainer.num_nodes=2", "--trainer.devices=1", "--trainer.strategy=ddp"], _env()) for r in (0, 1)]
+    _together(commands, tmp_path)
+    _, record = load_pruned(run / "model")
+    assert record["heads"] == [4, 4]

@@ -1,4 +1,7 @@
-"""Interrupted prune runs (kill -9 or SIGTERM at any stage) resume to exactly the uninterrupted result."""
+"""Interrupted prune runs (SIGKILL or SIGTERM, in the importance pass, in the middle of a search generation, in the
+export) resume to exactly the uninterrupted result: the scores file and every model byte for byte. While a run
+holds its directory, a second run or a resume into it is refused; a killed run's lock does not block its resume."""
+import hashlib
 import json
 import os
 import signal
@@ -9,9 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from snapvit_pl.elastic import ElasticScores
 from snapvit_pl.pipeline.resume import RESUME_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,8 +20,19 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="apt-get install dataset-fashion-mnist"),
 ]
+EVALUATIONS, POPSIZE = 40, 4
+ARGS = [  # a tiny random-weight model; a search long enough to be caught in the middle of a generation
+    "--model.checkpoint_path=null", "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2",
+    "--model.model_kwargs.num_heads=4", "--data.init_args.max_samples=160", "--data.init_args.batch_size=16",
+    "--data.init_args.n_local_views=2", f"--search.max_evaluations={EVALUATIONS}", f"--search.popsize={POPSIZE}",
+    "--search.num_images=256", "--search.batch_size=256", "--search.pca_components=8",
+    "--export.budgets=[{mlp_ratio: 0.35, head_ratio: 0.25}, {flops: 0.6}]", "--export.split_grid=0.25",
+    "--export.split_candidates=3",
+    "--evaluation.metrics=[]", "--report.print_table=false", "--progress=off", "--trainer.logger=true",
+]
 
-# Loaded by a run through PYTHONPATH: SIGKILL right after the first pruned model is saved (mid-export).
+# Loaded by a run through PYTHONPATH: the signal SNAPVIT_TEST_KILL_IN_EXPORT names, right after the first pruned
+# model is saved (mid-export).
 KILL_IN_EXPORT = '''
 import os
 if os.environ.get("SNAPVIT_TEST_KILL_IN_EXPORT"):
@@ -29,30 +41,28 @@ if os.environ.get("SNAPVIT_TEST_KILL_IN_EXPORT"):
 
     def save_then_die(*args, **kwargs):
         saved(*args, **kwargs)
-        os.kill(os.getpid(), 9)
+        os.kill(os.getpid(), int(os.environ["SNAPVIT_TEST_KILL_IN_EXPORT"]))
 
     extraction.save_pruned = save_then_die
 '''
 
 
-def _args(tiny_prune_args, tmp_path):
-    args = [a for a in tiny_prune_args if not str(a).startswith(str(tmp_path))]
-    args.remove("--out_dir")
-    return args + ["--data.init_args.max_samples=160", "--search.max_evaluations=40", "--search.popsize=4",
-                   "--search.num_images=400", "--search.batch_size=200", "--evaluation.metrics=[]"]
+def _env(**extra: str) -> dict:
+    """One torch thread: these models are tiny, and two threads on a busy 2-core machine spin (several times slower)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", **extra}
 
 
-def _start(run: Path, args: list[str], env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(run), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+def _start(run: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(run), *ARGS, *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env or _env())
 
 
-def _resume(run: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "prune.py"), "--resume", str(run), *extra],
-                          capture_output=True, text=True, timeout=600)
+def _prune(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "prune.py"), *args], capture_output=True, text=True, timeout=600,
+                          env=_env())
 
 
-def _wait_for(run: Path, process: subprocess.Popen, ready, timeout: float = 300) -> None:
+def _wait_for(run: Path, process: subprocess.Popen, ready, timeout: float = 600) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline and process.poll() is None:
         state_file = run / RESUME_FILE
@@ -73,82 +83,102 @@ def _in_search(state) -> bool:
     return bool(progress) and progress["pending"] is not None
 
 
+def _stop(process: subprocess.Popen, signum: int) -> None:
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 130), stderr[-2000:]
+
+
+def _digests(run: Path) -> dict[str, str]:
+    """sha256 of the scores file and of every file of every model."""
+    files = [run / "elastic_scores.safetensors", *sorted((run / "models").glob("*/*"))]
+    return {str(f.relative_to(run)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def _one_error(result: subprocess.CompletedProcess, message: str) -> None:
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1 and message in errors[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The uninterrupted run."""
+    run = tmp_path_factory.mktemp("reference") / "run"
+    process = _start(run)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    return run
+
+
 def _assert_same_run(reference: Path, resumed: Path) -> dict:
-    a = ElasticScores.load(reference / "elastic_scores.safetensors")
-    b = ElasticScores.load(resumed / "elastic_scores.safetensors")
-    assert torch.equal(a.coefficients, b.coefficients)
-    assert all(torch.equal(x, y) for x, y in zip(a.neuron_scores + a.head_scores, b.neuron_scores + b.head_scores))
-    assert a.search["best_fitness"] == b.search["best_fitness"] and a.splits == b.splits
-    for model in (reference / "models").iterdir():
-        x, y = load_file(model / "model.safetensors"), load_file(resumed / "models" / model.name / "model.safetensors")
-        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), model.name
+    assert _digests(resumed) == _digests(reference)
     report = json.loads((resumed / "report.json").read_text())
     assert {"scoring_s", "search_s", "total_s"} <= set(report["timings"])
-    assert sum(report["search"]["evaluations_per_rank"]) == report["search"]["evaluations"] == 40
+    assert sum(report["search"]["evaluations_per_rank"]) == report["search"]["evaluations"] == EVALUATIONS
     return report
 
 
-def test_kill_9_mid_generation_then_resume_gives_the_uninterrupted_result(tiny_prune_args, tmp_path):
-    args = _args(tiny_prune_args, tmp_path)
-    reference = _start(tmp_path / "reference", args)
-    killed = _start(tmp_path / "killed", args)
-    _wait_for(tmp_path / "killed", killed, _in_search)  # some candidates of generation 1 evaluated
-    killed.kill()
-    killed.wait()
-    assert not (tmp_path / "killed" / "elastic_scores.safetensors").exists()
-    resumed = _resume(tmp_path / "killed")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert reference.wait() == 0
-    report = _assert_same_run(tmp_path / "reference", tmp_path / "killed")
-    assert report["search"]["resumed_at"] % 4 != 0  # continued inside a generation, not from its start
-
-
-def test_a_resume_that_would_change_the_result_is_refused(tiny_prune_args, tmp_path):
-    args = _args(tiny_prune_args, tmp_path)
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
+def test_stopped_in_the_middle_of_a_generation(reference, tmp_path, signum):
     run = tmp_path / "run"
-    process = _start(run, args)
+    process = _start(run)
+    _wait_for(run, process, _in_search)  # some candidates of a generation evaluated
+    if signum == signal.SIGKILL:  # while it runs (here paused), its directory is its own
+        process.send_signal(signal.SIGSTOP)
+        _one_error(_prune("--out_dir", str(run), *ARGS, "--overwrite", "true"), f"{run} is in use by another run")
+        _one_error(_prune("--resume", str(run)), f"{run} is in use by another run")
+    _stop(process, signum)
+    assert not (run / "elastic_scores.safetensors").exists()
+    resumed = _prune("--resume", str(run))  # a killed run left no lock behind
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = _assert_same_run(reference, run)
+    assert report["search"]["resumed_at"] % POPSIZE != 0  # continued inside a generation, not from its start
+    assert not (run / ".lock").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
+def test_stopped_during_the_export(reference, tmp_path, signum):
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(KILL_IN_EXPORT)
+    env = _env(SNAPVIT_TEST_KILL_IN_EXPORT=str(int(signum)),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path / "hooks"), os.environ.get("PYTHONPATH")])))
+    run = tmp_path / "run"
+    process = _start(run, env=env)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 130), stderr[-2000:]
+    assert len(list((run / "models").iterdir())) == 1 and not (run / "report.json").exists()
+    resumed = _prune("--resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = _assert_same_run(reference, run)
+    assert [p["label"] for p in report["pruned"]] == ["mlp0.35_head0.25", "flops0.6"]
+
+
+def test_sigterm_during_importance_then_resume(reference, tmp_path):
+    run = tmp_path / "run"
+    process = _start(run)
+    _wait_for(run, process, lambda state: state.get("local") is None)  # the start state: importance running
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr[-2000:]
+    assert f"continue with: python prune.py --resume {run}" in stderr
+    again = _prune("--resume", str(run))
+    assert again.returncode == 0, again.stderr[-3000:]
+    report = _assert_same_run(reference, run)
+    assert report["timings"]["scoring_s"] > 0 and report["search"]["resumed_at"] is None
+    _one_error(_prune("--resume", str(run)), "already finished")
+
+
+def test_a_resume_that_would_change_the_result_is_refused(tmp_path):
+    run = tmp_path / "run"
+    process = _start(run)
     _wait_for(run, process, _in_search)
     process.kill()
     process.wait()
     config = (run / "config.yaml").read_text()
     other = tmp_path / "other.safetensors"
     other.write_bytes((ROOT / "assets" / "reference_vit_fmnist" / "model.safetensors").read_bytes())
-    refused = _resume(run, f"--model.checkpoint_path={other}")
-    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
-    assert refused.returncode == 2 and len(errors) == 1 and "--model.checkpoint_path" in errors[0], refused.stderr
-    assert "Traceback" not in refused.stderr and (run / "config.yaml").read_text() == config
-    assert _resume(run, "--report.print_table=false").returncode == 0  # a documented safe override
-
-
-def test_sigterm_during_importance_then_resume(tiny_prune_args, tmp_path):
-    run = tmp_path / "run"
-    process = _start(run, _args(tiny_prune_args, tmp_path) + ["--data.init_args.max_samples=480"])
-    _wait_for(run, process, lambda state: state.get("local") is None)  # the start state: importance running
-    time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr[-2000:]
-    assert f"continue with: python prune.py --resume {run}" in stderr
-    again = _resume(run)
-    assert again.returncode == 0, again.stderr[-3000:]
-    report = json.loads((run / "report.json").read_text())
-    assert report["timings"]["scoring_s"] > 0 and report["search"]["resumed_at"] is None
-    finished = _resume(run)
-    assert finished.returncode == 2 and "already finished" in finished.stderr
-
-
-def test_a_crash_during_export_resumes_to_the_complete_run(tiny_prune_args, tmp_path):
-    args = _args(tiny_prune_args, tmp_path)
-    reference = _start(tmp_path / "reference", args)
-    (tmp_path / "hooks").mkdir()
-    (tmp_path / "hooks" / "sitecustomize.py").write_text(KILL_IN_EXPORT)
-    env = {**os.environ, "SNAPVIT_TEST_KILL_IN_EXPORT": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "hooks"), os.environ.get("PYTHONPATH")]))}
-    crashed = _start(tmp_path / "crashed", args, env=env)
-    assert crashed.wait(timeout=600) == -signal.SIGKILL
-    assert len(list((tmp_path / "crashed" / "models").iterdir())) == 1 and not (tmp_path / "crashed" / "report.json").exists()
-    resumed = _resume(tmp_path / "crashed")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert reference.wait() == 0
-    report = _assert_same_run(tmp_path / "reference", tmp_path / "crashed")
-    assert [p["label"] for p in report["pruned"]] == ["mlp0.35_head0.25", "flops0.6"]
+    _one_error(_prune("--resume", str(run), f"--model.checkpoint_path={other}"), "--model.checkpoint_path")
+    assert (run / "config.yaml").read_text() == config
+    assert _prune("--resume", str(run), "--report.print_table=false").returncode == 0  # a documented safe override

@@ -86,20 +86,28 @@ def test_a_second_run_does_not_replace_the_exported_model(tmp_path, capsys):
     assert (tmp_path / "run" / "model" / "model.safetensors").read_bytes() == before
 
 
-def test_the_finetune_recipe_distills_from_the_recorded_base_into_a_directory_named_after_the_input(tmp_path, monkeypatch):
-    from snapvit_pl.pipeline import extract_models
-    from families import random_elastic_scores
-    from snapvit_pl.elastic import Budget
+def _pruned_run(tmp_path, model_name, kwargs, mlp_ratio, head_ratio):
+    """A dense model saved to a local file, then a pruned checkpoint of it in runs/prune/X/models/ (as prune.py
+    writes one: it records its base spec and fingerprint); returns the dense model."""
     from safetensors.torch import save_file
 
+    from families import random_elastic_scores
+    from snapvit_pl.elastic import Budget
+    from snapvit_pl.pipeline import extract_models
+
+    dense = load_backbone(BackboneSpec(model_name, False, None, kwargs))
+    save_file(dense.state_dict(), str(tmp_path / "base.safetensors"))
+    spec = BackboneSpec(model_name, False, str(tmp_path / "base.safetensors"), kwargs)
+    base = load_backbone(spec)
+    extract_models(base, random_elastic_scores(base), [Budget(mlp_ratio=mlp_ratio, head_ratio=head_ratio)],
+                   save_dir=tmp_path / "runs" / "prune" / "X" / "models", spec=spec)
+    return dense
+
+
+def test_the_finetune_recipe_distills_from_the_recorded_base_into_a_directory_named_after_the_input(tmp_path, monkeypatch):
     spec_kwargs = {"img_size": 28, "patch_size": 4, "in_chans": 1, "embed_dim": 32, "depth": 2, "num_heads": 4,
                    "num_classes": 10}
-    dense = load_backbone(BackboneSpec("vit_tiny_patch16_224", False, None, spec_kwargs))
-    save_file(dense.state_dict(), str(tmp_path / "base.safetensors"))
-    spec = BackboneSpec("vit_tiny_patch16_224", False, str(tmp_path / "base.safetensors"), spec_kwargs)
-    base = load_backbone(spec)
-    extract_models(base, random_elastic_scores(base), [Budget(mlp_ratio=0.5, head_ratio=0.5)],
-                   save_dir=tmp_path / "runs" / "prune" / "X" / "models", spec=spec)
+    dense = _pruned_run(tmp_path, "vit_tiny_patch16_224", spec_kwargs, 0.5, 0.5)
     monkeypatch.chdir(tmp_path)
     checkpoint = tmp_path / "runs" / "prune" / "X" / "models" / "mlp0.50_head0.50"
     recipe = str(ROOT / "configs" / "train" / "finetune_pruned.yaml")
@@ -114,3 +122,27 @@ def test_the_finetune_recipe_distills_from_the_recorded_base_into_a_directory_na
 
     teacher = FinetuneModule(checkpoint=str(checkpoint), loss="both").teacher  # the base it was cut from
     assert fingerprint(teacher) == fingerprint(dense)
+
+
+def test_the_headless_recipe_distils_a_pruned_backbone_without_labels_and_its_loss_falls(tmp_path, monkeypatch):
+    """configs/train/distill_backbone.yaml on a tiny DINO-like model (no classifier head): the cosine distance of
+    every token to the unpruned base's falls over training; no labels are read."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    kwargs = {"img_size": 28, "patch_size": 7, "in_chans": 1, "embed_dim": 32, "depth": 2, "num_heads": 4,
+              "num_classes": 0}
+    _pruned_run(tmp_path, "vit_small_patch16_224.dino", kwargs, 0.6, 0.5)
+    monkeypatch.chdir(tmp_path)
+    recipe = str(ROOT / "configs" / "train" / "distill_backbone.yaml")
+    args = ["fit", "--config", recipe, "--model.checkpoint=runs/prune/X/models/mlp0.60_head0.50", "--model.lr=3e-3",
+            "--data.init_args.source=fashion_mnist", "--data.init_args.max_samples=256", "--data.init_args.batch_size=32",
+            "--data.init_args.num_workers=0", "--trainer.max_epochs=3", "--trainer.limit_val_batches=2",
+            "--trainer.log_every_n_steps=1", "--trainer.enable_progress_bar=false"]
+    assert train_main(args) == 0
+    out = tmp_path / "runs" / "finetune" / "X-mlp0.60_head0.50"
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    losses = [e.value for e in events.Scalars("train/distill")]
+    assert len(losses) == 24 and sum(losses[-4:]) < 0.7 * sum(losses[:4]), losses
+    model, record = load_pruned(out / "model")
+    assert record["heads"] == [2, 2] and model.num_classes == 0 and "val/loss" in record["extra"]["metrics"]

@@ -169,16 +169,16 @@ def test_datamodule_and_datasets_pickle(classification_tree, rgb32):
 
 
 def test_missing_root_names_layout(tmp_path):
-    with pytest.raises(DataError, match=r"does not exist; expected root/train/<class>"):
+    with pytest.raises(DataError, match=r"does not exist; expected one of: root/train/<class>"):
         ClassificationDataModule("folder", str(tmp_path / "nowhere")).setup()
 
 
 def test_wrong_layout_names_layout(tmp_path):
     (tmp_path / "train").mkdir()
-    with pytest.raises(DataError, match=r"no train/ and val/ folders.*root/train/<class>"):
+    with pytest.raises(DataError, match=r"not an image folder this module reads; expected one of: root/train/<class>"):
         ClassificationDataModule("folder", str(tmp_path)).setup()
     (tmp_path / "val").mkdir()
-    with pytest.raises(DataError, match=r"no class folders with images in .*expected root/train/<class>"):
+    with pytest.raises(DataError, match=r"no class folders with images in .*expected one of: root/train/<class>"):
         ClassificationDataModule("folder", str(tmp_path)).setup()
 
 

@@ -12,7 +12,7 @@ from snapvit_pl.models import BackboneSpec, architecture, fingerprint, load_back
 
 
 def test_coefficient_layout_round_trips():
-    init = initial_coefficients(3, [4, 4, 4])
+    init = initial_coefficients(3, [4, 4, 4], 1.2, 0.8)
     assert init.shape == (15,) and init[0] == pytest.approx(1.2) and init[2] == pytest.approx(0.8)
     mlp, heads = split_coefficients(init, [4, 4, 4])
     assert torch.equal(mlp, torch.tensor([1.2, 1.0, 0.8])) and torch.equal(heads[2], torch.full((4,), 0.8))

@@ -44,6 +44,6 @@ def random_elastic_scores(model, seed=0):
     return ElasticScores(
         [torch.rand(b.heads.num_units, generator=g) for b in blocks],
         [torch.rand(b.neurons.num_units, generator=g) for b in blocks],
-        initial_coefficients(len(blocks), [b.heads.num_units for b in blocks]),
+        initial_coefficients(len(blocks), [b.heads.num_units for b in blocks], 1.2, 0.8),
         fingerprint=fingerprint(model),
     )

@@ -20,7 +20,7 @@ def setup():
 def test_no_evaluations_keeps_the_initial_coefficients(setup):
     model, images, scores = setup
     result = run_search(model, images, scores, SearchSettings(max_evaluations=0, **SMALL))
-    assert torch.equal(result.coefficients, initial_coefficients(2, [4, 4]))
+    assert torch.equal(result.coefficients, initial_coefficients(2, [4, 4], *SearchSettings().initial_range))
     assert result.evaluations == 0 and result.best_fitness is None and not result.improved_on_initial
 
 

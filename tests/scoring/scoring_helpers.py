@@ -38,3 +38,32 @@ def full_backward_grads(model, x, n_global=2):
         target = embed(teacher, x[:, :n_global].flatten(0, 1)).view(B, n_global, -1)
     self_distillation_loss(embed(student, x.flatten(0, 1)).view(B, V, -1), target).backward()
     return student
+
+
+def scores_of(scorer, model, batches, all_reduce_sum=lambda t: t):
+    """One process's scores: setup, every batch, the reduction, compute."""
+    scorer.setup(model)
+    for batch in batches:
+        scorer.update(batch)
+    scorer.reduce(all_reduce_sum)
+    return scorer.compute()
+
+
+def two_process_scores(make, model, x, batch_size):
+    """The scores two DDP ranks compute from DistributedSampler-style interleaved shards of ``x``, their
+    accumulators summed as ``all_reduce`` sums them (rank 1's sent to rank 0)."""
+    ranks = [make(), make()]
+    for rank, shard in zip(ranks, (x[0::2], x[1::2])):
+        rank.setup(model)
+        for batch in shard.split(batch_size):
+            rank.update(batch)
+    sent = []
+    ranks[1].reduce(lambda t: sent.append(t.clone()) or t)
+    ranks[0].reduce(lambda t: t + sent.pop(0))
+    return ranks[0].compute()
+
+
+def assert_scores(got, heads, neurons, rtol=1e-5, atol=1e-12):
+    """``got`` (LocalScores) equals the given per-block head and neuron scores."""
+    for a, b in zip(got.heads + got.neurons, heads + neurons):
+        torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol)

@@ -8,7 +8,7 @@ from scoring_helpers import CORE, build, labels, views
 from snapvit_pl.errors import CheckpointError, DataError, UnsupportedModelError
 from snapvit_pl.models import prunable_blocks
 from snapvit_pl.scoring import (
-    LAMP, SCORERS, LabelFisher, LocalScores, Magnitude, RandomScorer, ScoringError, SNIPMagnitude, SSLFisher,
+    FLAP, Activation, Taylor, WandaSP, LAMP, SCORERS, LabelFisher, LocalScores, Magnitude, RandomScorer, ScoringError, SNIPMagnitude, SSLFisher,
     build_scorer,
 )
 
@@ -101,10 +101,11 @@ def test_given_teacher_is_used():
 
 
 def test_build_scorer_names_and_errors():
-    assert set(SCORERS) == {"ssl_fisher", "label_fisher", "magnitude", "lamp", "snip_magnitude", "random"}
+    assert set(SCORERS) == {"ssl_fisher", "label_fisher", "magnitude", "lamp", "snip_magnitude", "random", "activation",
+                            "wanda_sp", "flap", "taylor", "sensitivity", "ssl_mask_fisher", "gn_greedy"}
     assert isinstance(build_scorer("ssl_fisher", reduction="fisher"), SSLFisher)
     assert build_scorer("snip_magnitude", n_global=1).n_global == 1
-    with pytest.raises(ScoringError, match="unknown scorer 'fisher'; choose one of ssl_fisher"):
+    with pytest.raises(ScoringError, match="unknown scorer .fisher.; choose one of sensitivity, ssl_fisher"):
         build_scorer("fisher")
     with pytest.raises(ScoringError, match="unknown reduction 'mean'"):
         SSLFisher(reduction="mean")
@@ -113,7 +114,8 @@ def test_build_scorer_names_and_errors():
 
 
 @pytest.mark.parametrize("scorer", [SSLFisher(3, "fisher"), LabelFisher(), SNIPMagnitude(alpha=0.01), Magnitude(1),
-                                    LAMP(), RandomScorer(7)], ids=repr)
+                                    LAMP(), RandomScorer(7), Activation("mean"), WandaSP(), FLAP("none"),
+                                    Taylor(1, "mean")], ids=repr)
 def test_pickling_keeps_the_configuration_only(scorer):
     scorer.setup(build("vit_swiglu"))
     clone = pickle.loads(pickle.dumps(scorer))
@@ -225,3 +227,12 @@ def test_self_supervised_scorers_expect_the_global_views_the_data_makes():
     from snapvit_pl.scoring import SNIPMagnitude, SSLFisher
 
     assert SSLFisher().n_global == SNIPMagnitude().n_global == N_GLOBAL_VIEWS
+
+
+def test_forward_only_and_sensitivity_scorers_get_plain_views():
+    from snapvit_pl.pipeline.importance import scoring_views
+    from snapvit_pl.scoring import OutputSensitivity, SSLMaskFisher
+
+    assert {scoring_views(s) for s in (Activation(), WandaSP(), FLAP(), OutputSensitivity())} == {"plain"}
+    assert scoring_views(Taylor()) == scoring_views(SSLMaskFisher()) == scoring_views(SSLFisher()) == "multicrop"
+    assert scoring_views(LabelFisher()) == "labeled" and scoring_views(Magnitude()) == "plain"

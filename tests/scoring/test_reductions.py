@@ -3,7 +3,7 @@ import io
 import pytest
 import torch
 
-from scoring_helpers import build, full_backward_grads, labels, views
+from scoring_helpers import build, full_backward_grads, labels, scores_of, views
 from snapvit_pl.errors import CheckpointError
 from snapvit_pl.scoring import LabelFisher, SNIPMagnitude, SSLFisher
 
@@ -13,12 +13,6 @@ CASES = {
 }
 
 
-def scores_of(scorer, model, batches, all_reduce_sum=lambda t: t):
-    scorer.setup(model)
-    for batch in batches:
-        scorer.update(batch)
-    scorer.reduce(all_reduce_sum)
-    return scorer.compute()
 
 
 def assert_same(a, b, rtol=1e-5):

@@ -1,0 +1,401 @@
+"""Issue 23 research harness: local scores x search x fitness-chosen split, on the holdout split, over seeds.
+
+The results in ``benchmarks/results/research/holdout.jsonl`` (and the log ``LOG.md`` beside it) were measured
+with the pre-port version of this script, at commit 95e5592 of branch quality-research (``research/`` there;
+the last lines were appended from that commit's working tree, whose one uncommitted change, the scorers'
+``target="predictions"``, none of them uses); porting it to the current API did not change their numbers, and
+a variant means what it meant then (the search defaults changed since: the variants name the old values).
+
+    OMP_NUM_THREADS=1 python benchmarks/research_scores.py --threads 1 --models reference,dev_p7 --seeds 0,1,2 \
+        --variants ours,label_fisher_split,...              # appends to benchmarks/results/research/holdout.jsonl
+    python benchmarks/research_scores.py --summary          # mean ± std tables over seeds from that file
+    python benchmarks/research_scores.py --goal sens_none_split:ours,label_fisher_split   # where a variant loses
+    OMP_NUM_THREADS=1 python benchmarks/research_scores.py --quick --out /tmp/research_quick.jsonl   # smoke run
+
+Every variant is cut, as ``prune.py`` cuts a sparsity budget, at the parameter counts of the four sparsest
+paper pairs (~71/61/51/41% of the parameters kept) with the head/MLP split chosen by ``choose_splits`` on the
+variant's own scores (the budgets' own splits, no grid), and evaluated (own head, linear probe, k-NN) on a
+held-out part of the train split (``compare_methods.py --split holdout``'s images), with the settings of
+``configs/prune/demo.yaml`` for the rest (data, keep ratios, fitness images, PCA). Variants (``VARIANTS``):
+
+- a local score (a ``build_scorer`` name, with ``target="predictions"`` from :mod:`benchmarks.research_custom`,
+  or a custom function there: head ablation, iterative sensitivity, PCA sensitivity, Gram greedy);
+- coefficients: searched (``ours``, ``*_search*``: the pre-port demo search, SNES with 80 evaluations from
+  1.2 .. 0.8, or from 1 where the name ends in ``1``), the search's old initial coefficients 1.2 .. 0.8
+  (``*_split``, as compare_methods' baselines were then), or none (``*_none_split``, the local scores alone);
+  ``*_splitsearch``: a search at the splits the export chooses (``research_custom.split_search``);
+- ``+sgpt`` / ``+bias``: the same sub-networks with the SparseGPT-style correction / FLAP's bias compensation.
+
+``ours`` is SnapViT's SSL-Fisher with that search (what ``prune.py`` did then; today's ``ours`` in
+``compare_methods.py`` is the sensitivity score without search). Local scores and searched coefficients are
+cached under ``benchmarks/results/research/cache`` (git-ignored; by model, seed and configuration), results are
+appended to a JSON-lines file, one line per (model, seed, variant); a (model, seed, variant) already in the
+file is skipped, so runs can be resumed and extended. A record's ``config`` is its variant's fields: records
+measured before the port show ``"search": {}`` (the demo's search then) where new ones name its values.
+``--quick`` shrinks everything (the first model, seed 0, two cheap variants, 64 pruning images, 300 / 200
+evaluation images, 4 search evaluations; a separate cache key) into ``cache/quick.jsonl`` unless ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import MODELS, RESULTS, Progress, model_overrides, prune_setup  # noqa: E402
+from benchmarks.compare_methods import CachedEvaluation, Settings, evaluation_data  # noqa: E402
+from benchmarks.research_custom import (  # noqa: E402
+    CUSTOM as _RESEARCH, OLD_DEMO_SEARCH, POST as _POST, research_scorer,
+)
+from snapvit_pl.elastic import PAPER_PAIRS, Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
+from snapvit_pl.models import fingerprint  # noqa: E402
+from snapvit_pl.pipeline import (  # noqa: E402
+    Correction, CorrectionSettings, EvaluationSettings, choose_splits, extract_models, local_importance, run_search,
+    scoring_views, split_table,
+)
+from snapvit_pl.scoring import LocalScores  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESEARCH = RESULTS / "research"
+CACHE = RESEARCH / "cache"  # git-ignored (RESEARCH/.gitignore)
+PAIRS = list(PAPER_PAIRS[-4:])  # ~71/61/51/41% of the parameters kept
+REPORTED = ("head_top1", "linear_top1", "knn_top1")
+#: the search's initial coefficients before the port (today's default is 1 .. 1): what ``coefficients="initial"``
+#: gives a variant without search
+OLD_INITIAL_RANGE = (1.2, 0.8)
+#: ``--quick``: what ``compare_methods.Settings.quick()`` shrinks, as prune.py overrides and sizes
+QUICK_OVERRIDES = ["--data.init_args.max_samples=64", "--search.num_images=64", "--search.pca_components=16",
+                   "--correction.num_samples=32"]
+QUICK_VARIANTS = ["sens_none_split", "label_fisher_split"]
+QUICK_SIZES = {"train_samples": 300, "val_samples": 200, "search_evaluations": 4}
+
+
+@dataclass
+class Variant:
+    """One method: a local score, optional coefficient search, the fitness-chosen split, optional correction.
+
+    Attributes:
+        scorer: a ``build_scorer`` name (``research_custom.research_scorer``: with ``target="predictions"`` for
+            ``sensitivity`` and ``gn_greedy``), or a key of ``CUSTOM`` (a function of the setup returning LocalScores).
+        kwargs: scorer constructor arguments.
+        search: None (no search), or overrides of the config's search settings; the searched variants name
+            ``max_evaluations`` and ``initial_range`` (``OLD_DEMO_SEARCH``: the pre-port demo's, which ``{}`` meant
+            before the port), since the defaults changed (no search, coefficients 1).
+        coefficients: with no search: ``initial`` (the pre-port search's initial mean 1.2 .. 0.8,
+            ``OLD_INITIAL_RANGE``, as compare_methods' baselines had then) or ``none`` (the local scores alone).
+        views: the pruning-data views the scorer gets (None: as the pipeline chooses).
+        correction: ``None``, ``"sparsegpt"`` or ``"bias"`` (FLAP bias compensation).
+        post: a key of ``POST``: a function (setup, scores, images, cost, log) -> scores applied before the split.
+        post_kwargs: its keyword arguments.
+    """
+
+    scorer: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    search: Optional[dict[str, Any]] = None
+    coefficients: str = "initial"
+    views: Optional[str] = None
+    correction: Optional[str] = None
+    post: Optional[str] = None
+    post_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+VARIANTS: dict[str, Variant] = {
+    "ours": Variant("ssl_fisher", search=dict(OLD_DEMO_SEARCH)),  # SnapViT as prune.py ran it before issue 23
+    "ssl_fisher_split": Variant("ssl_fisher"),
+    "label_fisher_split": Variant("label_fisher"),
+    "snip_magnitude_split": Variant("snip_magnitude"),
+    "activation_split": Variant("activation", views="plain"),
+    "activation_mean_split": Variant("activation", {"tokens": "mean"}, views="plain"),
+    "wanda_sp_split": Variant("wanda_sp", views="plain"),
+    "flap_split": Variant("flap", views="plain"),
+    "taylor_split": Variant("taylor"),
+    "activation_z_split": Variant("activation", {"standardize": "zscore"}, views="plain"),
+    "wanda_sp_z_split": Variant("wanda_sp", {"standardize": "zscore"}, views="plain"),
+    # research: Gauss-Newton output sensitivity and per-sample mask Fisher
+    "sens_none_split": Variant("sensitivity", views="plain", coefficients="none"),
+    "sens_split": Variant("sensitivity", views="plain"),
+    "sens_search": Variant("sensitivity", views="plain", search=dict(OLD_DEMO_SEARCH)),
+    "sens_search1": Variant("sensitivity", views="plain", search={**OLD_DEMO_SEARCH, "initial_range": (1.0, 1.0)}),
+    "smf_none_split": Variant("ssl_mask_fisher", coefficients="none"),
+    "smf_search1": Variant("ssl_mask_fisher", search={**OLD_DEMO_SEARCH, "initial_range": (1.0, 1.0)}),
+    "abl_sens_none_split": Variant("head_ablation", coefficients="none"),
+    "iter_sens_split": Variant("iter_sens", coefficients="none"),
+    "ours_splitsearch": Variant("ssl_fisher", post="split_search", post_kwargs=dict(OLD_DEMO_SEARCH)),
+    "sens_pca_none_split": Variant("sens_pca", coefficients="none"),
+    "sens_center_none_split": Variant("sens_pca", {"project": False}, coefficients="none"),
+    "sens16_none_split": Variant("sensitivity", {"probes": 16}, views="plain", coefficients="none"),
+    "gram_none_split": Variant("gram_greedy", coefficients="none"),
+    "gn_greedy_split": Variant("gn_greedy", views="plain", coefficients="none"),
+    "gn_greedy_block_split": Variant("gn_greedy", {"gram": "block"}, views="plain", coefficients="none"),
+    "sens_pred_none_split": Variant("sensitivity", {"target": "predictions"}, views="plain", coefficients="none"),
+    "gn_pred_split": Variant("gn_greedy", {"target": "predictions"}, views="plain", coefficients="none"),
+    "gram_bd_none_split": Variant("gram_greedy", {"block_diagonal": True}, coefficients="none"),
+    "sens_splitsearch": Variant("sensitivity", views="plain", coefficients="none", post="split_search",
+                                post_kwargs={**OLD_DEMO_SEARCH, "initial_range": (1.0, 1.0)}),
+}
+# the same sub-networks with SparseGPT correction (and FLAP's bias compensation) at extraction
+for _name in ("ours", "label_fisher_split", "snip_magnitude_split", "taylor_split", "flap_split", "sens_none_split",
+              "gn_greedy_split", "activation_z_split", "wanda_sp_z_split"):
+    if _name in VARIANTS:
+        VARIANTS[f"{_name}+sgpt"] = replace(VARIANTS[_name], correction="sparsegpt")
+        VARIANTS[f"{_name}+bias"] = replace(VARIANTS[_name], correction="bias")
+CUSTOM: dict[str, Callable[..., LocalScores]] = dict(_RESEARCH)
+POST: dict[str, Callable[..., ElasticScores]] = dict(_POST)
+
+
+def key_of(*parts: Any) -> str:
+    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def cached(path: Path, compute: Callable[[], Any]) -> tuple[Any, float, bool]:
+    """(value, seconds it took when computed, hit) with the value stored under ``path``."""
+    if path.exists():
+        stored = torch.load(path, weights_only=False)
+        return stored["value"], stored["seconds"], True
+    started = time.perf_counter()
+    value = compute()
+    seconds = time.perf_counter() - started
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"value": value, "seconds": seconds}, path)
+    return value, seconds, False
+
+
+def local_scores(variant: Variant, setup, model_name: str, seed: int, cache: Path = CACHE,
+                 tag: Sequence[str] = ()) -> tuple[LocalScores, float, bool]:
+    """``tag``: what else sets the scores (the ``--quick`` overrides): part of the cache key when not empty."""
+    key = key_of(variant.scorer, variant.kwargs, variant.views, *_tag(tag))
+    path = cache / f"{model_name}_s{seed}_{variant.scorer}_{key}.pt"
+
+    def compute() -> LocalScores:
+        if variant.scorer in CUSTOM:
+            return CUSTOM[variant.scorer](setup, seed=seed, **variant.kwargs)
+        scorer = research_scorer(variant.scorer, **variant.kwargs)
+        if variant.scorer == "random":
+            scorer = research_scorer("random", seed=seed)
+        dm = setup.datamodule
+        dm.train_views = variant.views or scoring_views(scorer)
+        return local_importance(scorer, setup.model, dm.train_dataloader() if scorer.requires_data else [])
+
+    return cached(path, compute)
+
+
+def _tag(tag: Sequence[str]) -> list[list[str]]:
+    return [list(tag)] if tag else []  # no tag: the keys of the pre-port cache
+
+
+def search_coefficients(variant: Variant, setup, local: ElasticScores, images, model_name: str, seed: int, log,
+                        cache: Path = CACHE, tag: Sequence[str] = (), evaluations: Optional[int] = None):
+    """``evaluations``: replaces the variant's ``max_evaluations`` (``--quick``)."""
+    settings = replace(setup.search, **variant.search)
+    if evaluations is not None:
+        settings = replace(settings, max_evaluations=evaluations)
+    path = cache / (f"{model_name}_s{seed}_search_{variant.scorer}_"
+                    f"{key_of(variant.scorer, variant.kwargs, variant.views, settings.to_dict(), *_tag(tag))}.pt")
+
+    def compute():
+        result = run_search(setup.model, images, local, settings)
+        log(f"    search {result.evaluations} evaluations: fitness {result.initial_fitness:.4f} -> {result.best_fitness:.4f}")
+        return {"coefficients": result.coefficients, "summary": result.summary()}
+
+    return cached(path, compute)
+
+
+def run(models: list[str], seeds: list[int], variants: list[str], out: Path, val_samples: int, train_samples: int,
+        log: Progress, cache: Path = CACHE, overrides: Sequence[str] = (), search_evaluations: Optional[int] = None) -> None:
+    """Append one record per (model, seed, variant) not yet in ``out``.
+
+    ``overrides``: extra prune.py overrides (``--quick``'s sizes; part of the cache keys); ``search_evaluations``:
+    the evaluations of every search (None: each variant's own)."""
+    done = set()
+    if out.exists():
+        for line in out.read_text().splitlines():
+            r = json.loads(line)
+            done.add((r["model"], r["seed"], r["variant"]))
+    for model_name in models:
+        evaluation = None
+        for seed in seeds:
+            todo = [v for v in variants if (model_name, seed, v) not in done]
+            if not todo:
+                continue
+            setup = prune_setup(*model_overrides(model_name), f"--data.init_args.seed={seed}", f"--search.seed={seed}",
+                                *overrides)
+            if evaluation is None:  # the same evaluation images whatever the seeds (those of data seed 0)
+                settings = Settings(split="holdout", val_samples=val_samples, train_samples=train_samples)
+                eval_setup = setup if seed == 0 else prune_setup(*model_overrides(model_name), "--data.init_args.seed=0",
+                                                                 *overrides)
+                evaluation = CachedEvaluation(EvaluationSettings(metrics=["knn", "linear", "head"],
+                                                                 train_samples=train_samples, val_samples=val_samples),
+                                              evaluation_data(eval_setup, settings), device=torch.device("cpu"))
+            images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
+            cost = CostModel(setup.model)
+            blocks = len(setup.model.blocks)
+            for name in todo:
+                variant = VARIANTS[name]
+                record: dict[str, Any] = {"model": model_name, "seed": seed, "variant": name,
+                                          "config": {k: v for k, v in variant.__dict__.items()}}
+                local, record["scoring_s"], hit = local_scores(variant, setup, model_name, seed, cache, overrides)
+                log(f"{model_name} seed {seed} {name}: scores {'cached' if hit else 'computed'} ({record['scoring_s']:.1f}s)")
+                scores = ElasticScores(local.heads, local.neurons, None, setup.spec.to_dict(), fingerprint(setup.model),
+                                       setup.importance.min_mlp_keep, setup.importance.min_head_keep)
+                if variant.search is not None:
+                    found, record["search_s"], _ = search_coefficients(variant, setup, scores, images, model_name, seed,
+                                                                       log, cache, overrides, search_evaluations)
+                    scores.coefficients = found["coefficients"]
+                    record["search"] = found["summary"]
+                elif variant.coefficients == "initial":
+                    scores.coefficients = initial_coefficients(blocks, [len(h) for h in local.heads], *OLD_INITIAL_RANGE)
+                if variant.post is not None:
+                    started = time.perf_counter()
+                    kwargs = dict(variant.post_kwargs)
+                    if search_evaluations is not None:
+                        kwargs["max_evaluations"] = search_evaluations
+                    scores = POST[variant.post](setup, scores, images, cost, log, **kwargs)
+                    record["post_s"] = time.perf_counter() - started
+                budgets = [Budget(params=cost.params(scores.subnet(Budget(mlp_ratio=m, head_ratio=h), cost)[0]))
+                           for m, h in PAIRS]
+                started = time.perf_counter()
+                choices = choose_splits(setup.model, images, scores, budgets, setup.search,
+                                        replace(setup.export, split_grid=0), cost)  # these budgets only, no grid
+                scores.splits = split_table(choices)
+                record["split_s"] = time.perf_counter() - started
+                record["drift"] = [min(c[2] for c in choice.candidates) for choice in choices]
+                correction = None
+                if variant.correction == "sparsegpt":
+                    correction = Correction(CorrectionSettings(enabled=True), images)
+                elif variant.correction == "bias":
+                    correction = BiasCorrection(images)
+                started = time.perf_counter()
+                items = extract_models(setup.model, scores, budgets, evaluation=evaluation, cost=cost, correction=correction)
+                record["evaluation_s"] = time.perf_counter() - started
+                record["rows"] = [{"pair": list(pair), "ratios": [it.mlp_ratio, it.head_ratio], "params": it.params,
+                                   "heads": it.subnet.head_counts, "mlp_hidden": it.subnet.neuron_counts,
+                                   **{k: it.metrics.get(k) for k in REPORTED}} for pair, it in zip(PAIRS, items)]
+                log(f"  {name}: " + "; ".join(f"{tuple(r['pair'])} h{r['ratios'][1]:.2f} "
+                                             + "/".join(f"{100 * r[k]:.2f}" for k in REPORTED) for r in record["rows"]))
+                with out.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+
+
+class BiasCorrection:
+    """FLAP bias compensation as an extraction correction step."""
+
+    def __init__(self, images: torch.Tensor, num_samples: int = 256):
+        self.images = images[:num_samples]
+
+    def __call__(self, base, subnet):
+        from snapvit_pl.correction import compensate_bias_and_prune
+
+        return compensate_bias_and_prune(copy.deepcopy(base), subnet, self.images), {"bias": True}
+
+
+def summary(path: Path, variants: Optional[list[str]] = None, models: Optional[list[str]] = None) -> str:
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault((r["model"], r["variant"]), []).append(r)
+    names = variants or list(dict.fromkeys(r["variant"] for r in records))
+    lines = []
+    for model_name in models or list(dict.fromkeys(r["model"] for r in records)):
+        for key in REPORTED[:2]:
+            lines += ["", f"### {model_name}: {key} (holdout, mean ± std over seeds [n])", "",
+                      "| variant | " + " | ".join(f"{tuple(p)}" for p in PAIRS) + " | mean | time (s) |",
+                      "|---|" + "---:|" * (len(PAIRS) + 2)]
+            for name in names:
+                runs = by.get((model_name, name))
+                if not runs:
+                    continue
+                cells, means = [], []
+                for i in range(len(PAIRS)):
+                    values = [100 * r["rows"][i][key] for r in runs]
+                    m = statistics.fmean(values)
+                    means.append(m)
+                    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+                    cells.append(f"{m:.2f} ± {sd:.2f}")
+                seconds = statistics.fmean(r.get("scoring_s", 0) + r.get("search_s", 0) + r.get("post_s", 0) for r in runs)
+                lines.append(f"| {name} [{len(runs)}] | " + " | ".join(cells) + f" | {statistics.fmean(means):.2f} | {seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="reference,dev_p7")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--out", default=None,
+                        help="JSON-lines results (default benchmarks/results/research/holdout.jsonl; --quick: "
+                             "benchmarks/results/research/cache/quick.jsonl)")
+    parser.add_argument("--cache", default=str(CACHE), help="cache of local scores and searched coefficients")
+    parser.add_argument("--val-samples", type=int, default=5000, help="holdout images scored")
+    parser.add_argument("--train-samples", type=int, default=5000, help="k-NN memory / probe train images")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: the first of --models, seed 0, two cheap variants (unless --variants), "
+                             "64 pruning images, 300 / 200 evaluation images, 4 search evaluations")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--summary", action="store_true", help="print the tables of --out and exit")
+    parser.add_argument("--goal", default=None, help="VARIANT:RIVAL,RIVAL,...: where VARIANT's mean loses, then exit")
+    args = parser.parse_args(argv)
+    out = Path(args.out) if args.out else (CACHE / "quick.jsonl" if args.quick else RESEARCH / "holdout.jsonl")
+    variants = args.variants.split(",")
+    if args.goal:
+        ours, rivals = args.goal.split(":")
+        print(goal_check(out, ours, rivals.split(",")))
+        return
+    if args.summary:
+        print(summary(out, variants if args.variants != ",".join(VARIANTS) else None, args.models.split(",")))
+        return
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {','.join(VARIANTS)}")
+    models, seeds = args.models.split(","), [int(s) for s in args.seeds.split(",")]
+    unknown = set(models) - set(MODELS)
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; choose from {','.join(MODELS)}")
+    sizes: dict[str, Any] = {"val_samples": args.val_samples, "train_samples": args.train_samples}
+    overrides: list[str] = []
+    if args.quick:
+        models, seeds, overrides = models[:1], [0], list(QUICK_OVERRIDES)
+        variants = QUICK_VARIANTS if args.variants == ",".join(VARIANTS) else variants
+        sizes = dict(QUICK_SIZES)
+    torch.set_num_threads(args.threads)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run(models, seeds, variants, out, sizes["val_samples"], sizes["train_samples"], Progress(), Path(args.cache),
+        overrides, sizes.get("search_evaluations"))
+
+
+
+def goal_check(path: Path, ours: str, rivals: list[str]) -> str:
+    """Where ``ours`` (mean over seeds) is below each rival's mean, per model, pair and metric (own head, linear)."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault((r["model"], r["variant"]), []).append(r)
+    lines, total, lost = [], 0, 0
+    for model_name in dict.fromkeys(r["model"] for r in records):
+        if (model_name, ours) not in by:
+            continue
+        for i, pair in enumerate(PAIRS):
+            for key in REPORTED[:2]:
+                mine = statistics.fmean(100 * r["rows"][i][key] for r in by[(model_name, ours)])
+                for rival in rivals:
+                    if (model_name, rival) not in by:
+                        continue
+                    theirs = statistics.fmean(100 * r["rows"][i][key] for r in by[(model_name, rival)])
+                    total += 1
+                    if mine < theirs:
+                        lost += 1
+                        lines.append(f"- {model_name} {tuple(pair)} {key}: {mine - theirs:+.2f} vs {rival}")
+    return f"{ours}: >= the rival in {total - lost} of {total} comparisons\n" + "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,368 @@
+"""Per-sample unit-mask scorers: how much the model's output depends on each head and MLP neuron.
+
+Every unit gets a mask ``m_{n,u}`` per sample ``n`` (1 in the dense model) that multiplies its
+contribution: a head's slice of the ``attn.proj`` input, a neuron's channel of the ``mlp.fc2``
+input. The gradient of a per-sample objective ``L_n`` with respect to ``m_{n,u}`` is
+``sum_t sum_{c in u} x_{n,t,c} dL_n/dx_{n,t,c}``: what removing the unit (``m: 1 -> 0``) changes to
+first order. One backward pass gives it for every sample and every unit at once (the masks are
+leaves of the graph; no weight needs a gradient).
+
+- :class:`OutputSensitivity` (``sensitivity``): Gauss-Newton (Fisher-Rao) importance of the
+  L2-normalised embedding, ``E_n ||d f(x_n) / d m_{n,u}||^2``: to second order, twice the
+  embedding drift ``1 - cos`` that removing the unit alone causes, i.e. the search's fitness
+  (LeCun et al.'s optimal brain damage with the Gauss-Newton Hessian of that drift). Estimated with
+  random Gaussian probes ``r``: ``E_r[(r . df/dm)^2] = ||df/dm||^2``, each probe one backward pass.
+  Plain images, no labels, no teacher, no loss target.
+- :class:`SSLMaskFisher` (``ssl_mask_fisher``): the per-sample Fisher of SnapViT's self-distillation
+  loss with respect to the masks, ``E_n[(dL_n/dm_{n,u})^2]`` (Theis et al. 2018, "Faster gaze
+  prediction with dense networks and Fisher pruning"), from multi-crop views and a frozen teacher.
+
+Statistics are sums over samples (float64); probes are drawn per sample from a seed derived from
+the sample's pixels, so neither batching, batch order nor DDP sharding changes the scores beyond
+float rounding.
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import abstractmethod
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Literal, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..errors import CheckpointError, DataError
+from ..models.embedding import embed
+from ..models.modes import eval_mode
+from ..models.units import UnitGroup
+from .activation import output_layer
+from .base import LocalScores, Scorer, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model
+from .gradient import _SelfDistillation, self_distillation_loss
+
+
+@contextmanager
+def unit_masks(groups: list[tuple[str, str, UnitGroup]], masks: dict[str, Tensor], repeat: int = 1) -> Iterator[None]:
+    """Multiply each group's output-projection input by its per-sample mask ``masks[key]`` ``[samples, units]``.
+
+    ``repeat``: consecutive images per sample (multi-crop views flattened sample-major).
+    """
+    handles = []
+
+    def hook(key: str, group: UnitGroup) -> Callable:
+        def apply(_module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+            x = inputs[0]
+            m = masks[key].repeat_interleave(group.unit_size, dim=1).repeat_interleave(repeat, dim=0)
+            m = m.view(m.shape[0], *([1] * (x.dim() - 2)), m.shape[1]).to(x.dtype)
+            return (x * m,) + tuple(inputs[1:])
+        return apply
+
+    try:
+        for key, kind, group in groups:
+            handles.append(output_layer(group, kind).register_forward_pre_hook(hook(key, group)))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def sample_seeds(images: Tensor, seed: int) -> list[int]:
+    """One seed per sample, from its pixels (and ``seed``): the same sample draws the same probes anywhere."""
+    flat = images.detach().float().cpu().reshape(images.shape[0], -1).numpy()
+    return [int(hashlib.sha1(row.tobytes() + str(seed).encode()).hexdigest()[:15], 16) for row in flat]
+
+
+class MaskGradientScorer(SummedStatistics):
+    """Shared machinery: per-sample unit masks, squared mask gradients summed over samples."""
+
+    requires_labels = False
+
+    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
+        super().setup(model, teacher)
+        self._device, self._dtype = model_device_dtype(model)
+        self._groups = [(f"{b.index}.{kind}", kind, getattr(b, kind)) for b in self.blocks for kind in ("heads", "neurons")]
+        for key, kind, group in self._groups:
+            output_layer(group, kind)
+        self._acc = {key: torch.zeros(group.num_units, dtype=torch.float64, device=self._device)
+                     for key, _, group in self._groups}
+        self._start_counting()
+
+    def _masks(self, samples: int) -> dict[str, Tensor]:
+        return {key: torch.ones(samples, group.num_units, device=self._device, dtype=torch.float32, requires_grad=True)
+                for key, _, group in self._groups}
+
+    @abstractmethod
+    def _squared_gradients(self, images: Tensor, labels: Optional[Tensor]) -> tuple[dict[str, Tensor], int, float]:
+        """Per group, ``sum_n (mask gradient)^2`` ``[units]`` over the batch's samples; (that, samples, loss)."""
+
+    def update(self, batch: Any) -> dict[str, float]:
+        self._require_setup()
+        self._follow_device()
+        images, labels = split_batch(batch)
+        with eval_mode(self.model), grad_only(self.model, []):
+            images = to_model(images, self._device, self._dtype)
+            sums, samples, loss = self._squared_gradients(images, labels)
+        for key, value in sums.items():
+            if not bool(torch.isfinite(value).all()):
+                raise DataError(f"{self.name}: non-finite mask gradients (batch {self._batches + 1}); check the images")
+            self._acc[key].add_(value.double())
+        self._batches += 1
+        self._samples += samples
+        return {} if loss is None else {"loss": loss}
+
+    def compute(self) -> LocalScores:
+        self._require_setup()
+        if self._samples == 0:
+            raise DataError(f"{self.name} saw no batches: feed the scoring data through update() before compute()")
+        scores = {key: (value / self._samples).float().cpu() for key, value in self._acc.items()}
+        return LocalScores([scores[f"{b.index}.heads"] for b in self.blocks],
+                           [scores[f"{b.index}.neurons"] for b in self.blocks])
+
+Target = Literal["normalized", "raw"]
+
+
+class OutputSensitivity(MaskGradientScorer):
+    """Gauss-Newton sensitivity of the embedding to each unit: ``E_n ||d f(x_n)/d m_{n,u}||^2`` (label-free).
+
+    ``f`` is the backbone's embedding (:func:`snapvit_pl.models.embed`), L2-normalised
+    (``target="normalized"``, default: the cosine geometry of the search's fitness; optionally centred
+    by ``center`` first, e.g. the dense embeddings' mean, as the fitness's PCA centres them) or as it is
+    (``target="raw"``). See the module docstring.
+
+    Args:
+        probes: random Gaussian probes per sample (backward passes per batch); 0: exact, one backward pass
+            per embedding dimension (the probes are then the unit vectors).
+        target: ``"normalized"`` or ``"raw"``.
+        seed: seed of the probes (mixed with each sample's pixels).
+        center: optional ``[D]`` vector subtracted from the embeddings before normalising.
+    """
+
+    name = "sensitivity"
+    views = "plain"
+
+    def __init__(self, probes: int = 8, target: Target = "normalized", seed: int = 0, center: Optional[list] = None):
+        if int(probes) < 0:
+            raise ScoringError(f"sensitivity: probes must be >= 0, got {probes}")
+        if target not in ("normalized", "raw"):
+            raise ScoringError(f"sensitivity: target must be 'normalized' or 'raw', got {target!r}")
+        self.probes, self.target, self.seed, self.center = int(probes), target, seed, center
+
+    def _probe_gradients(self, images: Tensor) -> Iterator[list[Tensor]]:
+        """Per probe, the mask gradients ``[n, units]`` of every group (in ``self._groups`` order)."""
+        n = images.shape[0]
+        masks = self._masks(n)
+        with torch.inference_mode(False), torch.enable_grad(), unit_masks(self._groups, masks):
+            out = embed(self.model, images).float()
+            if self.center is not None:
+                out = out - torch.as_tensor(self.center, dtype=out.dtype, device=out.device)
+            if self.target == "normalized":
+                out = F.normalize(out, dim=-1)
+            if self.probes == 0:
+                probes = torch.eye(out.shape[1], device=out.device)[:, None, :].expand(-1, n, -1)  # [D, n, D]
+            else:
+                generators = [torch.Generator().manual_seed(s) for s in sample_seeds(images, self.seed)]
+                probes = torch.stack([torch.stack([torch.randn(out.shape[1], generator=g) for g in generators])
+                                      for _ in range(self.probes)]).to(out.device)  # [K, n, D]
+            count = probes.shape[0]
+            leaves = [masks[key] for key, _, _ in self._groups]
+            for k in range(count):
+                yield list(torch.autograd.grad((out * probes[k]).sum(), leaves, retain_graph=k + 1 < count))
+
+    def _probe_scale(self) -> int:
+        return 1 if self.probes == 0 else self.probes
+
+    def _squared_gradients(self, images: Tensor, labels: Optional[Tensor]):
+        if images.dim() == 5:
+            images = images.flatten(0, 1)
+        sums = {key: torch.zeros(group.num_units, dtype=torch.float64, device=self._device)
+                for key, _, group in self._groups}
+        for grads in self._probe_gradients(images):
+            for (key, _, _), g in zip(self._groups, grads):
+                sums[key] += g.double().square().sum(dim=0)
+        return {key: value / self._probe_scale() for key, value in sums.items()}, images.shape[0], None
+
+
+class SSLMaskFisher(_SelfDistillation, MaskGradientScorer):
+    """Per-sample Fisher of the self-distillation loss with respect to the unit masks (label-free).
+
+    ``E_n[(dL_n/dm_{n,u})^2]``, ``L_n`` :class:`SSLFisher`'s loss of sample ``n`` (all its views
+    through the masked student, its global views through the frozen dense teacher).
+
+    Args:
+        n_global: leading views of each multi-crop sample that are global crops (teacher inputs).
+    """
+
+    name = "ssl_mask_fisher"
+
+    def __init__(self, n_global: int = 2):
+        self.n_global = n_global
+        self._check_n_global()
+
+    def _follow_device(self) -> None:
+        MaskGradientScorer._follow_device(self)
+        if self._own_teacher and next(self.teacher.parameters()).device != self._device:
+            self.teacher.to(self._device)
+
+    def _squared_gradients(self, images: Tensor, labels: Optional[Tensor]):
+        if images.dim() != 5 or images.shape[1] < max(2, self.n_global):
+            raise DataError(f"{self.name} needs multi-crop batches [B, V, C, H, W] with V >= 2 views, got "
+                            f"{tuple(images.shape)}")
+        B, V = images.shape[:2]
+        masks = self._masks(B)
+        with torch.no_grad(), eval_mode(self.teacher):
+            target = embed(self.teacher, images[:, : self.n_global].flatten(0, 1)).view(B, self.n_global, -1)
+        with torch.inference_mode(False), torch.enable_grad(), unit_masks(self._groups, masks, repeat=V):
+            student = embed(self.model, images.flatten(0, 1)).view(B, V, -1)
+            loss = self_distillation_loss(student, target) * B  # the sum of the per-sample losses
+            grads = torch.autograd.grad(loss, [masks[key] for key, _, _ in self._groups])
+        sums = {key: g.double().square().sum(dim=0) for (key, _, _), g in zip(self._groups, grads)}
+        return sums, B, float(loss.detach()) / B
+
+
+Gram = Literal["full", "block"]
+
+
+class GaussNewtonGreedy(OutputSensitivity):
+    """A nested removal order from the full Gauss-Newton model of the embedding drift (label-free).
+
+    :class:`OutputSensitivity` scores each unit by its own drift, as if units were removed one at a
+    time. Removing a *set* S of units drifts the normalised embedding by, to second order,
+    ``1/2 * 1_S^T G 1_S`` with ``G = E_n[g_n g_n^T]`` the Gram matrix of the per-sample mask gradients
+    ``g_n`` over all units (the Gauss-Newton Hessian of the drift with respect to the unit masks): units
+    whose contributions overlap cost more together than apart, units whose contributions cancel cost less.
+    This scorer accumulates ``G`` (random probes as :class:`OutputSensitivity`), then removes units
+    greedily, one at a time, each time the one that adds least drift per parameter
+    (``(G_uu + 2 sum_{v in S} G_uv) / params_u``, heads and neurons competing), never more of a block than its
+    minimum keep ratios allow. The scores are the removal order, scaled to (0, 1] (the first removed scores
+    lowest; the units no block may lose come last, by their diagonal ``G_uu``): every budget is still one
+    cut of one ranking per kind, and the ranking needs no block coefficients (cut it with coefficients 1:
+    ``search.max_evaluations: 0`` and ``search.initial_range: [1, 1]``).
+
+    ``gram="full"`` keeps the Gram of all units of all blocks (``U^2`` entries: 5.5M for the reference
+    ViT, 1.4G for ViT-B/16, so use a GPU with room); ``"block"`` only each block's own heads-and-neurons
+    Gram (cross-block terms dropped; ViT-B/16: 12 x 3084^2 = 114M entries).
+
+    Args:
+        probes: random Gaussian probes per sample (0: exact, one backward pass per embedding dimension).
+        gram: ``"full"`` or ``"block"``.
+        min_mlp_keep, min_head_keep: share of each block's neurons / heads the greedy never removes (use the
+            importance settings' values).
+        seed: seed of the probes (mixed with each sample's pixels).
+    """
+
+    name = "gn_greedy"
+
+    def __init__(self, probes: int = 8, gram: Gram = "full", min_mlp_keep: float = 0.05, min_head_keep: float = 0.2,
+                 seed: int = 0):
+        super().__init__(probes=probes, seed=seed)
+        if gram not in ("full", "block"):
+            raise ScoringError(f"gn_greedy: gram must be 'full' or 'block', got {gram!r}")
+        for name, value in (("min_mlp_keep", min_mlp_keep), ("min_head_keep", min_head_keep)):
+            if not 0.0 <= value <= 1.0:
+                raise ScoringError(f"gn_greedy: {name} must lie in [0, 1], got {value}")
+        self.gram, self.min_mlp_keep, self.min_head_keep = gram, min_mlp_keep, min_head_keep
+
+    def config(self) -> dict[str, Any]:
+        return {"probes": self.probes, "gram": self.gram, "min_mlp_keep": self.min_mlp_keep,
+                "min_head_keep": self.min_head_keep, "seed": self.seed}
+
+    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
+        Scorer.setup(self, model, teacher)
+        self._device, self._dtype = model_device_dtype(model)
+        self._groups = [(f"{b.index}.{kind}", kind, getattr(b, kind)) for b in self.blocks for kind in ("heads", "neurons")]
+        for key, kind, group in self._groups:
+            output_layer(group, kind)
+        acc_dtype = torch.promote_types(self._dtype, torch.float32)
+        if self.gram == "full":
+            total = sum(g.num_units for _, _, g in self._groups)
+            self._acc = {"gram": torch.zeros(total, total, dtype=acc_dtype, device=self._device)}
+        else:
+            self._acc = {f"gram.{b.index}": torch.zeros(b.heads.num_units + b.neurons.num_units,
+                                                        b.heads.num_units + b.neurons.num_units,
+                                                        dtype=acc_dtype, device=self._device) for b in self.blocks}
+        self._start_counting()
+
+    def update(self, batch: Any) -> dict[str, float]:
+        self._require_setup()
+        self._follow_device()
+        images, _ = split_batch(batch)
+        if images.dim() == 5:
+            images = images.flatten(0, 1)
+        with eval_mode(self.model), grad_only(self.model, []):
+            images = to_model(images, self._device, self._dtype)
+            for grads in self._probe_gradients(images):
+                if not all(bool(torch.isfinite(g).all()) for g in grads):
+                    raise DataError(f"{self.name}: non-finite mask gradients (batch {self._batches + 1}); check the images")
+                if self.gram == "full":
+                    g = torch.cat(grads, dim=1).to(self._acc["gram"].dtype)
+                    self._acc["gram"].addmm_(g.T, g)
+                else:
+                    for b in self.blocks:
+                        g = torch.cat([grads[2 * b.index], grads[2 * b.index + 1]], dim=1)
+                        gram = self._acc[f"gram.{b.index}"]
+                        gram.addmm_(g.T.to(gram.dtype), g.to(gram.dtype))
+        self._batches += 1
+        self._samples += images.shape[0]
+        return {}
+
+    def _unit_params(self) -> Tensor:
+        from ..models.units import iter_slots
+
+        costs = []
+        for _, _, group in self._groups:
+            owned = sum(t.numel() for _, t in iter_slots(group) if isinstance(t, nn.Parameter))
+            costs.append(torch.full((group.num_units,), owned / group.num_units, dtype=torch.float64))
+        return torch.cat(costs)
+
+    @torch.no_grad()
+    def compute(self) -> LocalScores:
+        self._require_setup()
+        if self._samples == 0:
+            raise DataError(f"{self.name} saw no batches: feed the scoring data through update() before compute()")
+        from ..models.units import min_kept
+
+        sizes = [g.num_units for _, _, g in self._groups]
+        total = sum(sizes)
+        owner = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
+        offsets = [0]
+        for n in sizes:
+            offsets.append(offsets[-1] + n)
+        scale = self._samples * self._probe_scale()
+        device = self._device
+        grams = {k: v / scale for k, v in self._acc.items()}  # on the accumulators' device and dtype
+        dtype = next(iter(grams.values())).dtype
+        if self.gram == "full":
+            diag = grams["gram"].diagonal().clone()
+            rows = lambda u: (slice(0, total), grams["gram"][u])  # noqa: E731 (symmetric: a row is a column)
+        else:
+            diag = torch.cat([grams[f"gram.{b.index}"].diagonal() for b in self.blocks])
+            block_of = owner // 2
+
+            def rows(u: int) -> tuple[slice, Tensor]:
+                b = int(block_of[u])
+                lo = offsets[2 * b]
+                return slice(lo, offsets[2 * b + 2]), grams[f"gram.{b}"][u - lo]
+        keep = [min_kept(g.num_units, self.min_head_keep if kind == "heads" else self.min_mlp_keep)
+                for _, kind, g in self._groups]
+        removable = torch.tensor([n - k for n, k in zip(sizes, keep)], device=device)
+        owner = owner.to(device)
+        cost = self._unit_params().to(device=device, dtype=dtype)
+        cross = torch.zeros(total, dtype=dtype, device=device)
+        alive = torch.ones(total, dtype=torch.bool, device=device)
+        position = torch.zeros(total, dtype=torch.float64)
+        inf = torch.tensor(float("inf"), dtype=dtype, device=device)
+        for step in range(int(removable.sum())):
+            delta = torch.where(alive & (removable[owner] > 0), (diag + 2 * cross) / cost, inf)
+            u = int(torch.argmin(delta))
+            position[u] = step + 1
+            alive[u] = False
+            removable[owner[u]] -= 1
+            where, row = rows(u)
+            cross[where] += row
+        alive, diag = alive.cpu(), diag.double().cpu()
+        rest = alive.nonzero().flatten()
+        rest = rest[torch.argsort(diag[rest], stable=True)]
+        position[rest] = torch.arange(len(rest), dtype=torch.float64) + (total - len(rest)) + 1
+        scores = (position / total).float()
+        parts = [scores[offsets[i]:offsets[i + 1]] for i in range(len(sizes))]
+        return LocalScores(parts[0::2], parts[1::2])

@@ -1,0 +1,36 @@
+"""research_scores.py --quick: one variant end to end (scores, split, cut, evaluation) into a JSON-lines file."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+needs_data = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="dataset-fashion-mnist")
+
+
+@needs_data
+def test_research_scores_quick_writes_a_record_and_resumes(tmp_path, capsys):
+    from benchmarks.research_scores import PAIRS, REPORTED, main
+
+    out, cache = tmp_path / "quick.jsonl", tmp_path / "cache"
+    args = ["--quick", "--threads", "1", "--variants", "sens_none_split", "--out", str(out), "--cache", str(cache)]
+    main(args)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 1
+    record = records[0]
+    assert {"model", "seed", "variant", "config", "scoring_s", "split_s", "drift", "evaluation_s", "rows"} <= set(record)
+    assert (record["model"], record["seed"], record["variant"]) == ("reference", 0, "sens_none_split")
+    assert record["config"]["scorer"] == "sensitivity" and record["config"]["coefficients"] == "none"
+    assert [tuple(r["pair"]) for r in record["rows"]] == [tuple(p) for p in PAIRS]
+    for row in record["rows"]:
+        assert {"ratios", "params", "heads", "mlp_hidden", *REPORTED} <= set(row)
+        assert all(0.0 <= row[k] <= 1.0 for k in REPORTED)
+    assert any(cache.glob("reference_s0_sensitivity_*.pt"))  # the local scores were cached
+
+    main(args)  # already in the file: skipped, nothing appended
+    assert len(out.read_text().splitlines()) == 1
+    capsys.readouterr()
+    main(["--summary", "--out", str(out)])
+    assert "| sens_none_split [1] |" in capsys.readouterr().out

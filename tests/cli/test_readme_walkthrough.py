@@ -1,0 +1,39 @@
+"""The README's "Prune your own model" commands, verbatim, on the full-size DINO ViT-B/16 (random weights, 224 px,
+through an offline Hugging Face cache) with a tiny stand-in for ImageNet: prune (importance, search, a FLOPs
+budget, evaluation, report), extract, evaluate, label-free fine-tuning, ONNX export."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_readme_walkthrough_runs_on_the_full_size_model(tmp_path):
+    pytest.importorskip("onnx")
+    from benchmarks.readme_walkthrough import readme_commands, run_walkthrough
+
+    assert [argv[1] for argv in readme_commands()] == ["prune", "extract", "evaluate", "train", "deploy"]
+    record = run_walkthrough(tmp_path, log=lambda line: None)
+    run = tmp_path / "runs" / "prune" / "dino"
+    report = record["prune_report"]
+    assert report["model"]["model_name"] == "vit_base_patch16_224.dino" and report["dense"]["params"] > 85e6
+    (model,) = report["pruned"]
+    assert model["label"] == "flops0.5" and model["flops"] <= 0.5 * report["dense"]["flops"]
+    assert "knn_top1" in model["metrics"] and report["search"]["evaluations"] == 2
+    assert set(report["peak_memory_mb"]) == {"importance", "search", "splits", "export"}
+    assert report["peak_memory"] == "process peak RSS" and min(report["peak_memory_mb"].values()) > 300
+    prune_log = record["commands"][0]["stderr"]
+    assert "[snapvit] importance: " in prune_log and "[snapvit] search: 2/2 evals" in prune_log  # no TTY: lines
+
+    assert {p.name for p in (run / "more").iterdir()} >= {"flops0.4", "params0.6"}
+    evaluation = json.loads((run / "flops0.5.json").read_text())
+    assert evaluation["model"]["checkpoint"].endswith("flops0.5") and 0 <= evaluation["knn_top1"] <= 1
+    finetuned = tmp_path / "runs" / "finetune" / "dino-flops0.5" / "model"
+    assert (finetuned / "model.safetensors").is_file()
+    assert (tmp_path / "dino_vitb16_flops0.5.onnx").stat().st_size > 10e6
+    assert "max abs diff" in record["commands"][-1]["stdout"]

@@ -1,0 +1,107 @@
+"""Image folders as practitioners have them: ImageNet's flat validation folder with its label file, plain folders of
+unlabeled images, and one error line naming the accepted layouts for anything else."""
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from snapvit_pl.data import ClassificationDataModule
+from snapvit_pl.errors import DataError
+
+def save_image(path, array, fmt=None):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(array).save(path, format=fmt)
+
+
+WNIDS = {"n01440764": (250, 10, 10), "n01443537": (10, 250, 10), "n01484850": (10, 10, 250)}  # sorted, as ImageNet's
+VAL = [("ILSVRC2012_val_00000001", "n01484850"), ("ILSVRC2012_val_00000002", "n01440764"),
+       ("ILSVRC2012_val_00000003", "n01443537"), ("ILSVRC2012_val_00000004", "n01484850")]
+
+
+def _imagenet_like(root):
+    """root/train/<wnid>/*.JPEG (2 each) and a flat root/val/ILSVRC2012_val_*.JPEG, each image its class's colour."""
+    for wnid, colour in WNIDS.items():
+        for i in range(2):
+            save_image(str(root / "train" / wnid / f"{wnid}_{i}.JPEG"), np.full((20, 24, 3), colour, np.uint8), "JPEG")
+    for name, wnid in VAL:
+        save_image(str(root / "val" / f"{name}.JPEG"), np.full((20, 24, 3), WNIDS[wnid], np.uint8), "JPEG")
+    return root
+
+
+def _colour_label(image: torch.Tensor) -> int:
+    """The class a solid-colour image shows: its brightest channel (red, green, blue = classes 0, 1, 2)."""
+    return int(image.reshape(image.shape[0], -1).mean(1).argmax())
+
+
+def _check_labels(dm, rgb32):
+    dm.configure_for_model(rgb32)
+    assert dm.classes == sorted(WNIDS) and len(dm.dataset("val")) == len(VAL)
+    for image, label in dm.labeled_dataset("val"):
+        assert label == _colour_label(image)
+    assert [label for _, label in dm.labeled_dataset("val")] == [2, 0, 1, 2]
+
+
+def test_flat_validation_folder_with_the_kaggle_solution_file(tmp_path, rgb32):
+    root = _imagenet_like(tmp_path / "imagenet")
+    lines = ["ImageId,PredictionString"] + [f"{name},{wnid} 10 12 40 50 {wnid} 1 2 3 4" for name, wnid in VAL]
+    (root / "LOC_val_solution.csv").write_text("\n".join(lines) + "\n")
+    _check_labels(ClassificationDataModule("folder", str(root), data_config=rgb32), rgb32)
+
+
+def test_flat_validation_folder_with_the_devkit_ground_truth(tmp_path, rgb32):
+    scipy_io = pytest.importorskip("scipy.io")
+    root = _imagenet_like(tmp_path / "imagenet")
+    devkit = root / "ILSVRC2012_devkit_t12" / "data"
+    devkit.mkdir(parents=True)
+    ids = {"n01484850": 1, "n01440764": 2, "n01443537": 3}  # the devkit numbers classes in its own order
+    synsets = np.array([(i, wnid, 0) for wnid, i in ids.items()] + [(1001, "n00001740", 3)],
+                       dtype=[("ILSVRC2012_ID", "O"), ("WNID", "O"), ("num_children", "O")])
+    scipy_io.savemat(str(devkit / "meta.mat"), {"synsets": synsets.reshape(-1, 1)})
+    (devkit / "ILSVRC2012_validation_ground_truth.txt").write_text("\n".join(str(ids[w]) for _, w in VAL) + "\n")
+    _check_labels(ClassificationDataModule("folder", str(root), data_config=rgb32), rgb32)
+
+
+def test_a_missing_label_is_one_error(tmp_path, rgb32):
+    root = _imagenet_like(tmp_path / "imagenet")
+    (root / "solution.csv").write_text("ImageId,PredictionString\nILSVRC2012_val_00000001,n01484850 1 2 3 4\n")
+    dm = ClassificationDataModule("folder", str(root), data_config=rgb32, val_labels=str(root / "solution.csv"))
+    with pytest.raises(DataError, match="has no label for ILSVRC2012_val_00000002.JPEG"):
+        dm.dataset("val")
+    with pytest.raises(DataError, match="no label file was found; set data.init_args.val_labels"):
+        ClassificationDataModule("folder", str(root), data_config=rgb32).dataset("val")
+
+
+def test_a_plain_folder_of_unlabeled_images_is_enough_for_pruning(tmp_path, rgb32):
+    for i in range(5):
+        save_image(str(tmp_path / "pool" / f"{i}.jpg"), np.full((20, 20, 3), 40 * i, np.uint8), "JPEG")
+    dm = ClassificationDataModule("folder", str(tmp_path / "pool"), data_config=rgb32, batch_size=2)
+    dm.configure_for_model(rgb32)
+    assert not dm.labeled and len(dm.dataset("train")) == 5
+    assert dm.unlabeled_images().shape == (5, 3, 32, 32)
+    dm.train_views = "multicrop"
+    assert next(iter(dm.train_dataloader())).shape[:2] == (2, 12)
+    with pytest.raises(DataError, match="unlabeled images"):
+        dm.labeled_dataloader("val")
+
+
+@pytest.mark.parametrize("make", ["empty", "only_train", "files_and_nothing"])
+def test_a_wrong_layout_names_every_accepted_one(tmp_path, make):
+    root = tmp_path / "data"
+    root.mkdir()
+    if make == "only_train":
+        save_image(str(root / "train" / "cat" / "0.png"), np.zeros((8, 8, 3), np.uint8))
+    elif make == "files_and_nothing":
+        (root / "notes.txt").write_text("no images here")
+    with pytest.raises(DataError) as raised:
+        ClassificationDataModule("folder", str(root)).dataset("train")
+    message = str(raised.value)
+    assert "root/train/<class>/<image>" in message and "LOC_val_solution.csv" in message
+    assert "root/<image> (unlabeled" in message and "\n" not in message
+
+
+def test_class_folders_still_work(classification_tree, rgb32, class_colours):
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32)
+    dm.configure_for_model(rgb32)
+    assert dm.labeled and dm.classes == sorted(class_colours) and len(dm.dataset("val")) == 6

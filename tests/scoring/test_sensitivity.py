@@ -1,0 +1,197 @@
+"""Mask-gradient scorers against per-sample computations through column-scaled weights; invariances; DDP."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scoring_helpers import assert_scores, build, scores_of, two_process_scores, views
+from snapvit_pl.models import embed
+from snapvit_pl.scoring import OutputSensitivity, SSLMaskFisher, self_distillation_loss
+
+
+
+
+def masked(model):
+    """A copy whose proj / fc2 weight columns are scaled by per-unit masks (a second, independent masking)."""
+    copy_ = copy.deepcopy(model)
+    masks = []
+    for block in copy_.blocks:
+        for layer, size in ((block.attn.proj, block.attn.head_dim), (block.mlp.fc2, 1)):
+            m = torch.ones(layer.in_features // size, dtype=layer.weight.dtype, requires_grad=True)
+            weight = layer.weight.detach().clone()
+            del layer.weight
+            layer.weight = weight  # a plain tensor: recomputed below from the mask
+            masks.append((layer, weight, m, size))
+    return copy_, masks
+
+
+def apply(masks):
+    for layer, weight, m, size in masks:
+        layer.weight = weight * m.repeat_interleave(size)[None, :]
+
+
+def per_sample_squared(model, objective, samples):
+    """sum_n (dL_n/dm)^2 per mask: one sample at a time, masks scaling the weight columns."""
+    copy_, masks = masked(model)
+    total = [torch.zeros_like(m, dtype=torch.float64) for *_, m, _ in masks]
+    for n in range(len(samples)):
+        for k, value in enumerate(objective(copy_, masks, samples[n], n)):
+            grads = torch.autograd.grad(value, [m for *_, m, _ in masks], allow_unused=True, retain_graph=True)
+            for t, g in zip(total, grads):
+                t += g.double().square()
+    return total
+
+
+def split_scores(total, n, model):
+    heads = [t / n for t in total[0::2]]
+    neurons = [t / n for t in total[1::2]]
+    return heads, neurons
+
+
+
+
+@pytest.mark.parametrize("family", ["dino_vit", "eva02_separate_qkv", "vit_swiglu", "dinov2_swiglu_packed"])
+def test_exact_sensitivity_matches_per_sample_jacobians(family):
+    model = build(family).double().eval()
+    x = torch.randn(3, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+
+    def objective(copy_, masks, image, n):
+        apply(masks)
+        f = F.normalize(embed(copy_, image[None]), dim=-1)[0]
+        return [f[d] for d in range(f.shape[0])]  # every output dimension: sum of squares = ||J||^2
+
+    heads, neurons = split_scores(per_sample_squared(model, objective, x), 3, model)
+    assert_scores(scores_of(OutputSensitivity(probes=0), model, [x]), heads, neurons, rtol=1e-6)
+
+
+def test_random_probes_estimate_the_exact_value():
+    model, x = build("dino_vit").eval(), torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    exact = scores_of(OutputSensitivity(probes=0), model, [x])
+    estimate = scores_of(OutputSensitivity(probes=256), model, [x])
+    a, b = torch.cat(exact.heads + exact.neurons), torch.cat(estimate.heads + estimate.neurons)
+    assert torch.corrcoef(torch.stack([a, b]))[0, 1] > 0.95
+    assert 0.8 < float(b.sum() / a.sum()) < 1.2
+
+
+@pytest.mark.parametrize("family", ["dino_vit", "vit_swiglu"])
+def test_ssl_mask_fisher_matches_per_sample_losses(family):
+    model = build(family).double().eval()
+    x = views(3, n_views=4).double()
+    with torch.no_grad():
+        target = embed(model, x[:, :2].flatten(0, 1)).view(3, 2, -1)
+
+    def objective(copy_, masks, sample, n):
+        apply(masks)
+        student = embed(copy_, sample).view(1, 4, -1)
+        return [self_distillation_loss(student, target[n:n + 1])]
+
+    heads, neurons = split_scores(per_sample_squared(model, objective, x), 3, model)
+    assert_scores(scores_of(SSLMaskFisher(), model, [x]), heads, neurons, rtol=1e-6)
+
+
+@pytest.mark.parametrize("make", [lambda: OutputSensitivity(probes=3), SSLMaskFisher], ids=["sensitivity", "mask_fisher"])
+def test_batching_order_and_shards_do_not_matter(make):
+    model, x = build("dino_vit").double(), views(8).double()
+    if isinstance(make(), OutputSensitivity):
+        x = x[:, 0]
+    one = scores_of(make(), model, [x])
+    assert_scores(scores_of(make(), model, list(x.split([3, 5]))), one.heads, one.neurons, rtol=1e-9)
+    assert_scores(scores_of(make(), model, list(x.split(2))[::-1]), one.heads, one.neurons, rtol=1e-9)
+    assert_scores(two_process_scores(make, model, x, 2), one.heads, one.neurons, rtol=1e-9)
+
+
+def test_model_left_as_found():
+    model = build("dino_vit").train()
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    for scorer, batch in ((OutputSensitivity(probes=2), views(2)[:, 0]), (SSLMaskFisher(), views(2))):
+        scorer.setup(model)
+        scorer.update(batch)
+        assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
+        assert all(p.grad is None for p in model.parameters())
+        assert all(not m._forward_pre_hooks for m in model.modules())
+        assert model.training
+
+
+def exact_gram(model, x):
+    """G = 1/n sum_n J_n^T J_n over all units (blocks in order, heads then neurons), from column-scaled weights."""
+    copy_, masks = masked(model)
+    leaves = [m for *_, m, _ in masks]
+    total = sum(m.numel() for m in leaves)
+    gram = torch.zeros(total, total, dtype=torch.float64)
+    for image in x:
+        apply(masks)
+        f = F.normalize(embed(copy_, image[None]), dim=-1)[0]
+        for d in range(f.shape[0]):
+            g = torch.cat([t.double() for t in torch.autograd.grad(f[d], leaves, retain_graph=True)])
+            gram += torch.outer(g, g)
+    return gram / len(x), [m.numel() for m in leaves]
+
+
+def naive_greedy(gram, sizes, costs, keep):
+    """Remove, one at a time, the unit adding least drift per parameter; the protected last by their diagonal."""
+    owner = [i for i, n in enumerate(sizes) for _ in range(n)]
+    left = [n - k for n, k in zip(sizes, keep)]
+    removed, order = [], []
+    alive = list(range(len(owner)))
+    costs = torch.tensor(costs, dtype=torch.float64)
+    while any(left[owner[u]] > 0 for u in alive):
+        added = (gram.diagonal() + 2 * gram[:, removed].sum(dim=1)) / costs  # drift added by each unit, per parameter
+        best = min((u for u in alive if left[owner[u]] > 0), key=lambda u: (float(added[u]), u))
+        removed.append(best)
+        alive.remove(best)
+        left[owner[best]] -= 1
+    order = removed + sorted(alive, key=lambda u: (float(gram[u, u]), u))
+    score = torch.zeros(len(owner))
+    for position, u in enumerate(order):
+        score[u] = (position + 1) / len(owner)
+    return score
+
+
+@pytest.mark.parametrize("gram_kind", ["full", "block"])
+@pytest.mark.parametrize("family", ["dino_vit", "vit_swiglu"])
+def test_gn_greedy_matches_naive_gram_and_greedy(family, gram_kind):
+    from snapvit_pl.elastic.ranking import min_kept
+    from snapvit_pl.models import prunable_blocks
+    from snapvit_pl.models.units import iter_slots
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    model = build(family).double().eval()
+    x = torch.randn(3, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    gram, sizes = exact_gram(model, x)
+    if gram_kind == "block":
+        edges = torch.tensor([0] + sizes).cumsum(0)
+        mask = torch.zeros_like(gram, dtype=torch.bool)
+        for b in range(len(sizes) // 2):
+            mask[edges[2 * b]:edges[2 * b + 2], edges[2 * b]:edges[2 * b + 2]] = True
+        gram = torch.where(mask, gram, torch.zeros_like(gram))
+    costs, keep = [], []
+    for block in prunable_blocks(model):
+        for group, ratio in ((block.heads, 0.2), (block.neurons, 0.05)):
+            owned = sum(t.numel() for _, t in iter_slots(group) if isinstance(t, torch.nn.Parameter))
+            costs += [owned / group.num_units] * group.num_units
+            keep.append(min_kept(group.num_units, ratio))
+    expected = naive_greedy(gram, sizes, costs, keep)
+    got = scores_of(GaussNewtonGreedy(probes=0, gram=gram_kind), model, list(x.split([2, 1])))
+    torch.testing.assert_close(torch.cat([t for pair in zip(got.heads, got.neurons) for t in pair]), expected)
+
+
+def test_gn_greedy_shards_and_protection():
+    from snapvit_pl.elastic.ranking import select_subnet
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    model, x = build("eva02_separate_qkv").double(), views(6)[:, 0].double()
+    one = scores_of(GaussNewtonGreedy(probes=2), model, [x])
+    ranks = [GaussNewtonGreedy(probes=2), GaussNewtonGreedy(probes=2)]
+    for rank, shard in zip(ranks, (x[0::2], x[1::2])):
+        rank.setup(model)
+        rank.update(shard)
+    sent = []
+    ranks[1].reduce(lambda t: sent.append(t.clone()) or t)
+    ranks[0].reduce(lambda t: t + sent.pop(0))
+    assert_scores(ranks[0].compute(), one.heads, one.neurons, rtol=0)
+    # the units no block may lose score highest in their block: the deepest cut keeps exactly them
+    subnet = select_subnet(one.heads, one.neurons, 0.74, 0.49)
+    for kept, scores in zip(subnet.heads + subnet.neurons, one.heads + one.neurons):
+        top = torch.argsort(scores, descending=True)[: len(kept)]
+        assert set(kept.tolist()) == set(top.tolist())
