@@ -16,6 +16,7 @@ from .train import finetune_dir, train_main
 COMMANDS = {
     "prune": ("prune", "rank every head and MLP neuron of a pretrained ViT, cut models at budgets, report"),
     "train": ("train", "fine-tune a pruned model (or train a dense one): fit, validate, test"),
+    "pretrain": ("train", "train a ViT without labels by DINO self-distillation (a backbone to prune)"),
     "extract": ("extract", "cut models at any budget from a run's elastic scores"),
     "evaluate": ("evaluate", "k-NN, linear probe, own head, segmentation, throughput of one model"),
     "deploy": ("deploy", "export a pruned model to ONNX (check it, time it)"),
@@ -40,5 +41,5 @@ def main(argv: Optional[list[str]] = None) -> int:
               file=sys.stderr)
         return 2
     module = importlib.import_module(f".{COMMANDS[command][0]}", __name__)
-    entry = {"prune": "prune_main", "train": "train_main"}.get(command, "main")
+    entry = {"prune": "prune_main", "train": "train_main", "pretrain": "pretrain_main"}.get(command, "main")
     return getattr(module, entry)(rest)

@@ -1,4 +1,5 @@
-"""``train.py`` / ``snapvit-pl train``: LightningCLI (``fit``, ``validate``, ``test``) over a :class:`FinetuneModule`."""
+"""``train.py`` / ``snapvit-pl train``: LightningCLI (``fit``, ``validate``, ``test``) over a :class:`FinetuneModule`;
+``snapvit-pl pretrain``: the same over a :class:`SelfDistillationModule` (DINO training without labels)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,13 +16,19 @@ def finetune_dir(checkpoint: str | Path) -> Path:
     return Path("runs") / "finetune" / name
 
 
-def train_cli(argv: list[str], run: bool = True):
-    """``train.py``'s LightningCLI (parsed, instantiated and, with ``run``, run)."""
+def train_cli(argv: list[str], run: bool = True, pretrain: bool = False):
+    """``train.py``'s LightningCLI (parsed, instantiated and, with ``run``, run); with ``pretrain``, the
+    self-supervised (DINO) training of ``snapvit-pl pretrain``."""
     import torch
     from pytorch_lightning.cli import LightningCLI
 
     from ..data import VisionDataModule
-    from ..lightning.finetune_module import FinetuneModule
+    if pretrain:
+        from ..lightning.self_distillation import SelfDistillationModule as module_class
+        description = "Train a ViT without labels by DINO self-distillation."
+    else:
+        from ..lightning.finetune_module import FinetuneModule as module_class
+        description = "Fine-tune a pruned ViT (or train a dense one)."
 
     class TrainCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
@@ -32,7 +39,7 @@ def train_cli(argv: list[str], run: bool = True):
 
         def before_instantiate_classes(self) -> None:
             config = self.config[self.subcommand] if self.subcommand else self.config
-            if config.trainer.default_root_dir is None and config.model.checkpoint:
+            if config.trainer.default_root_dir is None and config.model.get("checkpoint"):
                 config.trainer.default_root_dir = str(finetune_dir(config.model.checkpoint))
             if config.trainer.logger in (None, True):  # TensorBoard in the run directory, as prune.py
                 config.trainer.logger = tensorboard_logger(config.trainer.default_root_dir or "runs/train")
@@ -43,19 +50,26 @@ def train_cli(argv: list[str], run: bool = True):
             return build_trainer(super().instantiate_trainer, **kwargs)
 
     return TrainCLI(
-        FinetuneModule, VisionDataModule, subclass_mode_data=True, args=argv, run=run, seed_everything_default=0,
-        parser_kwargs={"description": "Fine-tune a pruned ViT (or train a dense one). --verbose true (anywhere on the "
-                                      "command line): show the traceback of errors.", "exit_on_error": False},
+        module_class, VisionDataModule, subclass_mode_data=True, args=argv, run=run, seed_everything_default=0,
+        parser_kwargs={"description": f"{description} --verbose true (anywhere on the command line): show the "
+                                      "traceback of errors.", "exit_on_error": False},
         save_config_kwargs={"overwrite": True},
     )
 
 
-def train_main(argv: Optional[list[str]] = None) -> int:
-    """Entry point of ``train.py`` (LightningCLI subcommands ``fit``, ``validate``, ``test``)."""
+def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
+    """Entry point of ``train.py`` (LightningCLI subcommands ``fit``, ``validate``, ``test``); with ``pretrain``,
+    of ``snapvit-pl pretrain``."""
 
     def body(argv: list[str]) -> int:
         check_config_files(argv)
-        train_cli(argv)
+        train_cli(argv, pretrain=pretrain)
         return 0
 
-    return run_command(body, argv, "python train.py", keep_verbose=False, batch_options=("--data.init_args.batch_size",))
+    return run_command(body, argv, "snapvit-pl pretrain" if pretrain else "python train.py", keep_verbose=False,
+                       batch_options=("--data.init_args.batch_size",))
+
+
+def pretrain_main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``snapvit-pl pretrain``: self-supervised (DINO) training, ``fit`` / ``validate``."""
+    return train_main(argv, pretrain=True)

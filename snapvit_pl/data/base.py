@@ -263,6 +263,7 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         global_crop_scale: tuple[float, float] = GLOBAL_CROP_SCALE,
         local_crop_scale: tuple[float, float] = LOCAL_CROP_SCALE,
         multicrop_color_jitter: float = 0.0,
+        multicrop_hflip: float = 0.0,
     ):
         super().__init__()
         problems = [f"{name} must be >= {low}, got {value}" for name, value, low in
@@ -278,7 +279,8 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         self.train_views = train_views
         self.model_name, self.data_config_overrides = model_name, dict(data_config or {})
         self.multicrop_args = dict(n_global=n_global_views, n_local=n_local_views, global_scale=global_crop_scale,
-                                   local_scale=local_crop_scale, color_jitter=multicrop_color_jitter)
+                                   local_scale=local_crop_scale, color_jitter=multicrop_color_jitter,
+                                   hflip=multicrop_hflip)
         self._model_config: Optional[dict[str, Any]] = None
         self._bases: dict[str, Dataset] = {}
         self._subsets: dict[tuple[str, Optional[int]], Dataset] = {}

@@ -12,11 +12,12 @@ from torch.utils.data import Dataset, Subset
 from torchvision.datasets import ImageFolder
 
 from .base import TransformImage, VisionDataModule, dataset_targets, read_image
-from .fashion_mnist import FashionMNIST, download_fashion_mnist
+from .fashion_mnist import FashionMNIST, FashionMNISTClutter, download_fashion_mnist
 from .folders import FOLDER_LAYOUTS, ImageList, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
 from .transforms import check_augment_args, classification_transform
 from ..errors import DataError
 _FASHION_MNIST_NAMES = ("fashion_mnist", "fashionmnist", "fashion-mnist")
+_CLUTTER_NAME = "fashion_mnist_clutter"  # FashionMNISTClutter canvases of the Fashion-MNIST images
 
 
 def torchvision_dataset_class(name: str) -> type:
@@ -46,7 +47,8 @@ class ClassificationDataModule(VisionDataModule):
 
     Args:
         source: "folder" (an image folder at root, see :mod:`snapvit_pl.data.folders` for its layouts),
-            "fashion_mnist" (Debian package, then root) or a torchvision.datasets name ("cifar10",
+            "fashion_mnist" (Debian package, then root), "fashion_mnist_clutter" (its cluttered 36x36 canvases,
+            :class:`FashionMNISTClutter`) or a torchvision.datasets name ("cifar10",
             "cifar100", "mnist", "svhn", ...).
         root: data folder (image folder, or where torchvision data sets live / download to).
         download: let prepare_data download torchvision data sets and Fashion-MNIST into root.
@@ -74,6 +76,7 @@ class ClassificationDataModule(VisionDataModule):
         global_crop_scale: area range of global crops.
         local_crop_scale: area range of local crops.
         multicrop_color_jitter: colour jitter strength of multi-crop views (0: none).
+        multicrop_hflip: probability of flipping each multi-crop view horizontally (0: none).
     """
 
     def __init__(
@@ -91,7 +94,7 @@ class ClassificationDataModule(VisionDataModule):
         self.source, self.val_split, self.val_labels = source.lower(), val_split, val_labels
         self.train_augment_args = dict(train_augment_args or {})
         check_augment_args(self.train_augment_args)  # fail at construction, not at the first batch
-        if self.source not in ("folder", *_FASHION_MNIST_NAMES):
+        if self.source not in ("folder", _CLUTTER_NAME, *_FASHION_MNIST_NAMES):
             torchvision_dataset_class(self.source)  # fail fast on an unknown name
 
     @property
@@ -119,7 +122,7 @@ class ClassificationDataModule(VisionDataModule):
         """Download (rank 0 only) when ``download`` is set; otherwise nothing."""
         if not self.download or self.source == "folder":
             return
-        if self.source in _FASHION_MNIST_NAMES:
+        if self.source in (_CLUTTER_NAME, *_FASHION_MNIST_NAMES):
             download_fashion_mnist(self.root)
             return
         dataset_class = torchvision_dataset_class(self.source)
@@ -131,6 +134,8 @@ class ClassificationDataModule(VisionDataModule):
             return self._folder_split(split)
         if self.source in _FASHION_MNIST_NAMES:
             return FashionMNIST(self.root, split)
+        if self.source == _CLUTTER_NAME:
+            return FashionMNISTClutter(FashionMNIST(self.root, split), split)
         dataset_class = torchvision_dataset_class(self.source)
         try:
             return dataset_class(self.root, download=False, **_split_kwargs(dataset_class, split))

@@ -1,5 +1,6 @@
 """Fashion-MNIST from gzipped IDX files (Debian's ``dataset-fashion-mnist`` package or a root
-folder), and the synthetic "Fashion-MNIST segmentation" canvases built from its real images."""
+folder), and two synthetic tasks built from its real images: "Fashion-MNIST segmentation" canvases and
+"cluttered Fashion-MNIST" classification canvases."""
 from __future__ import annotations
 
 import functools
@@ -153,3 +154,64 @@ class FashionMNISTSegmentation(Dataset):
             canvas[top:top + size, left:left + size][foreground] = pixels[foreground]
             mask[top:top + size, left:left + size][foreground] = int(self.items.targets[item]) + 1
         return Image.fromarray(canvas), torch.from_numpy(mask)
+
+
+class FashionMNISTClutter(Dataset):
+    """Cluttered Fashion-MNIST: one item, rescaled and placed at a random position on a larger canvas among
+    fragments of other items; the label is the item's class. Yields (PIL "L" image, label).
+
+    A harder classification task than the plain 28x28 images: the model has to find the item, at varying
+    scale, and ignore the clutter, so its attention heads and MLP neurons are all needed (a linear read-out
+    of the pixels no longer does well). Canvas ``index`` depends only on (seed, split, index); each
+    fragment is a random square crop of another random image of the same split, painted first, and the
+    item is painted over it (pixel-wise maximum).
+
+    Args:
+        items: the Fashion-MNIST split the items and fragments come from.
+        split: "train" or "val" (mixed into the layout seed).
+        canvas_size: side of the square canvas in pixels.
+        item_sizes: smallest and largest side of the rescaled item.
+        fragments: number of clutter fragments per canvas.
+        fragment_sizes: smallest and largest side of a fragment.
+        seed: layout seed.
+    """
+
+    classes = FASHION_MNIST_CLASSES
+
+    def __init__(self, items: FashionMNIST, split: str = "train", canvas_size: int = 36,
+                 item_sizes: tuple[int, int] = (16, 28), fragments: int = 3,
+                 fragment_sizes: tuple[int, int] = (7, 11), seed: int = 0):
+        low, high = item_sizes
+        if not 1 <= low <= high <= canvas_size or fragments < 0 or not 1 <= fragment_sizes[0] <= fragment_sizes[1] <= 28:
+            raise DataError(f"cluttered Fashion-MNIST needs 1 <= item_sizes <= canvas_size ({canvas_size}), "
+                            f"fragment_sizes within 1..28 and fragments >= 0, got item_sizes={item_sizes}, "
+                            f"fragment_sizes={fragment_sizes}, fragments={fragments}")
+        self.items, self.split, self.canvas_size, self.seed = items, split, canvas_size, seed
+        self.item_sizes, self.fragments, self.fragment_sizes = (low, high), fragments, tuple(fragment_sizes)
+        self.targets = items.targets
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        rng = np.random.default_rng([self.seed, _SPLIT_CODE[self.split], index])
+        canvas = np.zeros((self.canvas_size, self.canvas_size), dtype=np.uint8)
+        for _ in range(self.fragments):
+            source = self.items.data[int(rng.integers(len(self.items)))].numpy()
+            side = int(rng.integers(self.fragment_sizes[0], self.fragment_sizes[1] + 1))
+            top, left = (int(v) for v in rng.integers(0, 28 - side + 1, 2))
+            _paint(canvas, source[top:top + side, left:left + side], rng)
+        side = int(rng.integers(self.item_sizes[0], self.item_sizes[1] + 1))
+        item = np.asarray(Image.fromarray(self.items.data[index].numpy()).resize((side, side), Image.BILINEAR))
+        _paint(canvas, item, rng)
+        return Image.fromarray(canvas), int(self.targets[index])
+
+
+_SPLIT_CODE = {"train": 0, "val": 1}
+
+
+def _paint(canvas: np.ndarray, patch: np.ndarray, rng: np.random.Generator) -> None:
+    """Paint ``patch`` at a random position of ``canvas`` (pixel-wise maximum: black is transparent)."""
+    top, left = (int(v) for v in rng.integers(0, canvas.shape[0] - patch.shape[0] + 1, 2))
+    region = canvas[top:top + patch.shape[0], left:left + patch.shape[1]]
+    np.maximum(region, patch, out=region)

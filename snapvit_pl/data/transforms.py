@@ -160,26 +160,29 @@ class MultiCropTransform:
         global_scale: area range of the global crops.
         local_scale: area range of the local crops.
         color_jitter: brightness/contrast/saturation jitter strength (0 disables it).
+        hflip: probability of a horizontal flip of each view (0: none, SnapViT's scoring views).
 
     Returns (when called on a PIL image): tensor [n_global + n_local, C, H, W], normalised.
     """
 
     def __init__(self, config: Mapping[str, Any], n_global: int = N_GLOBAL_VIEWS, n_local: int = N_LOCAL_VIEWS,
                  global_scale: tuple[float, float] = GLOBAL_CROP_SCALE, local_scale: tuple[float, float] = LOCAL_CROP_SCALE,
-                 color_jitter: float = 0.0):
+                 color_jitter: float = 0.0, hflip: float = 0.0):
         if n_global + n_local < 1:
             raise DataError(f"multi-crop needs at least one view, got n_global={n_global}, n_local={n_local}; "
                             "set n_global_views or n_local_views >= 1")
         self.n_global, self.n_local = n_global, n_local
-        self.global_crop = self._crop(config, global_scale, color_jitter)
-        self.local_crop = self._crop(config, local_scale, color_jitter)
+        self.global_crop = self._crop(config, global_scale, color_jitter, hflip)
+        self.local_crop = self._crop(config, local_scale, color_jitter, hflip)
 
     @staticmethod
-    def _crop(config: Mapping[str, Any], scale: tuple[float, float], color_jitter: float) -> T.Compose:
+    def _crop(config: Mapping[str, Any], scale: tuple[float, float], color_jitter: float, hflip: float) -> T.Compose:
         channels, height, width = config["input_size"]
         steps = [ConvertChannels(channels),
                  T.RandomResizedCrop((height, width), scale=tuple(scale),
                                      interpolation=str_to_interp_mode(config["interpolation"]))]
+        if hflip > 0:
+            steps.append(T.RandomHorizontalFlip(hflip))
         if color_jitter > 0:
             steps.append(T.ColorJitter(color_jitter, color_jitter, color_jitter))
         steps += [T.ToTensor(), T.Normalize(config["mean"], config["std"])]

@@ -8,8 +8,6 @@ it trains on image-only batches (``data.init_args.train_views: plain``).
 """
 from __future__ import annotations
 
-import math
-import os
 from typing import Any, Literal, Optional
 
 import pytorch_lightning as pl
@@ -18,11 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from ..data.base import epoch_seed
 from ..errors import CheckpointError, ConfigError
 from ..models.checkpoint import load_pruned
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, fingerprint, load_backbone
+from .training import adamw, reseed_for_epoch, warmup_cosine_schedule
 
 
 class FinetuneModule(pl.LightningModule):
@@ -146,13 +144,7 @@ class FinetuneModule(pl.LightningModule):
         return self.model(images) if needs else None
 
     def on_train_epoch_start(self) -> None:
-        """With ``seed_everything`` (train.py's ``seed_everything``), reseed torch's RNGs from
-        (seed, epoch, rank) before each epoch: dropout and drop-path of an epoch then do not depend
-        on what ran before it, so a run resumed from an end-of-epoch checkpoint draws the same
-        masks as an uninterrupted one (Lightning checkpoints do not hold the RNG states)."""
-        seed = os.environ.get("PL_GLOBAL_SEED")
-        if seed is not None:
-            torch.manual_seed((epoch_seed(int(seed), self.current_epoch) + 1_000_003 * self.global_rank) % 2**64)
+        reseed_for_epoch(self.current_epoch, self.global_rank)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         images, labels = self._batch(batch)
@@ -189,21 +181,6 @@ class FinetuneModule(pl.LightningModule):
         self.validation_step(batch, batch_idx)
 
     def configure_optimizers(self):
-        decay = [p for n, p in self.model.named_parameters() if p.requires_grad and p.ndim > 1]
-        no_decay = [p for n, p in self.model.named_parameters() if p.requires_grad and p.ndim <= 1]
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.hparams.lr,
-        )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = int(self.hparams.warmup_epochs * total / max(1, self.trainer.max_epochs or 1))
-        floor = self.hparams.min_lr / self.hparams.lr
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = (step - warmup) / max(1, total - warmup)
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        optimizer = adamw([self.model], self.hparams.lr, self.hparams.weight_decay)
+        return warmup_cosine_schedule(optimizer, self.trainer, self.hparams.lr, self.hparams.min_lr,
+                                      self.hparams.warmup_epochs)

@@ -1,0 +1,238 @@
+"""``SelfDistillationModule``: train a ViT without labels by DINO self-distillation (Caron et al. 2021).
+
+A student (the backbone + a projection head) sees every multi-crop view of an image; a teacher, the exponential
+moving average (EMA) of the student, sees the global views; the student learns to predict the teacher's
+centred, sharpened distribution over ``out_dim`` prototypes for every other view. No labels and no classifier:
+what is kept (and exported by :class:`~snapvit_pl.callbacks.SavePrunedCallback`) is the teacher's backbone, as
+DINO ships it. ``snapvit-pl pretrain fit --config configs/train/dino_fmnist.yaml`` trains the project's
+self-supervised development model with it.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from itertools import chain
+from typing import Any, Optional
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+from ..eval.features import extract_features
+from ..eval.knn import knn_classify
+from ..models.embedding import embed
+from ..models.loading import BackboneSpec, load_backbone
+from .training import adamw, reseed_for_epoch, warmup_cosine, warmup_cosine_schedule
+
+
+class ProjectionHead(nn.Module):
+    """DINO's projection head: an MLP to a bottleneck, L2 normalisation, then a weight-normalised linear layer
+    onto ``out_dim`` prototypes whose norms are fixed to 1 (the last layer's ``g`` is frozen).
+
+    Args:
+        in_dim: backbone embedding width.
+        out_dim: number of prototypes.
+        hidden_dim: width of the MLP's hidden layers.
+        bottleneck_dim: width of the L2-normalised bottleneck.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int = 1024, hidden_dim: int = 512, bottleneck_dim: int = 64):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim), nn.GELU(),
+                                 nn.Linear(hidden_dim, bottleneck_dim))
+        for layer in self.mlp:
+            if isinstance(layer, nn.Linear):
+                nn.init.trunc_normal_(layer.weight, std=0.02)
+                nn.init.zeros_(layer.bias)
+        self.last_layer = nn.utils.parametrizations.weight_norm(nn.Linear(bottleneck_dim, out_dim, bias=False))
+        magnitude = self.last_layer.parametrizations.weight.original0
+        magnitude.data.fill_(1.0)
+        magnitude.requires_grad_(False)
+
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        return self.last_layer(F.normalize(self.mlp(embeddings), dim=-1))
+
+
+def self_distillation_loss(student: torch.Tensor, teacher: torch.Tensor, center: torch.Tensor, n_views: int,
+                           n_global: int, student_temp: float, teacher_temp: float) -> torch.Tensor:
+    """DINO's loss: cross-entropy between the teacher's centred, sharpened distribution of each global view and
+    the student's distribution of every *other* view, averaged over the pairs and the batch.
+
+    Args:
+        student: student logits ``[n_views * B, K]``, view-major (all images' view 0, then view 1, ...).
+        teacher: teacher logits ``[n_global * B, K]`` of the global views, in the same order.
+        center: running mean of the teacher logits ``[1, K]``.
+        n_views: views per image (the first ``n_global`` are the global ones).
+        n_global: global views per image.
+        student_temp, teacher_temp: softmax temperatures.
+    """
+    log_student = F.log_softmax(student / student_temp, dim=-1).chunk(n_views)
+    target = F.softmax((teacher - center) / teacher_temp, dim=-1).chunk(n_global)
+    pairs = [(-t * log_student[v]).sum(-1).mean() for g, t in enumerate(target) for v in range(n_views) if v != g]
+    return torch.stack(pairs).mean()
+
+
+class SelfDistillationModule(pl.LightningModule):
+    """DINO self-distillation of a timm ViT from scratch (or from given weights), on multi-crop batches
+    ``[B, V, C, H, W]`` (``data.init_args.train_views: multicrop``; the first ``n_global_views`` are the global
+    crops).
+
+    Args:
+        model_name: timm model name of the backbone.
+        model_kwargs: ``timm.create_model`` arguments (``num_classes: 0``: no classifier).
+        pretrained: start from timm's weights.
+        checkpoint_path: start from a local weights file.
+        n_global_views: global views per image (the teacher's inputs).
+        local_size: side the local views are resized to (smaller than the input: fewer tokens, as DINO's
+            96 px local crops of a 224 px model); None keeps the input size.
+        out_dim: prototypes of the projection head.
+        hidden_dim: hidden width of the projection head.
+        bottleneck_dim: bottleneck width of the projection head.
+        student_temp: student softmax temperature.
+        teacher_temp: teacher softmax temperature after the warm-up.
+        warmup_teacher_temp: teacher temperature at the start, raised linearly to ``teacher_temp``.
+        warmup_teacher_temp_epochs: length of that warm-up (epochs, fractions allowed).
+        center_momentum: momentum of the teacher-output centre.
+        teacher_momentum: EMA momentum at the start, raised to 1 by a cosine over the run.
+        lr: peak AdamW learning rate (linear warm-up, then cosine to ``min_lr``).
+        min_lr: final learning rate.
+        weight_decay: AdamW weight decay (matrices only).
+        warmup_epochs: learning-rate warm-up (epochs).
+        freeze_last_layer_epochs: the prototypes are not updated for this long (DINO's stabiliser).
+        knn_train_samples: after every epoch, the teacher's weighted k-NN top-1 is logged (``knn/top1``) with this
+            many labelled train images as memory (0: off; needs a labelled DataModule). A monitor only: the
+            exported weights are the last epoch's, whatever it shows.
+        knn_val_samples: images of the DataModule's val split the k-NN monitor scores.
+    """
+
+    def __init__(
+        self,
+        model_name: str = "vit_tiny_patch16_224",
+        model_kwargs: Optional[dict[str, Any]] = None,
+        pretrained: bool = False,
+        checkpoint_path: Optional[str] = None,
+        n_global_views: int = 2,
+        local_size: Optional[int] = None,
+        out_dim: int = 1024,
+        hidden_dim: int = 512,
+        bottleneck_dim: int = 64,
+        student_temp: float = 0.1,
+        teacher_temp: float = 0.07,
+        warmup_teacher_temp: float = 0.04,
+        warmup_teacher_temp_epochs: float = 3.0,
+        center_momentum: float = 0.9,
+        teacher_momentum: float = 0.99,
+        lr: float = 5e-4,
+        min_lr: float = 1e-6,
+        weight_decay: float = 0.04,
+        warmup_epochs: float = 1.0,
+        freeze_last_layer_epochs: float = 1.0,
+        knn_train_samples: int = 5000,
+        knn_val_samples: int = 2000,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        if n_global_views < 1:
+            raise ConfigError(f"n_global_views must be >= 1 (the teacher's views), got {n_global_views}")
+        self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
+        # dynamic_img_size: the same weights take the smaller local views (position embeddings resampled); the
+        # exported record keeps the spec's own arguments, so the shipped model is a plain fixed-size ViT.
+        build = BackboneSpec(model_name, pretrained, checkpoint_path, {**self.spec.model_kwargs, "dynamic_img_size": True})
+        self.student = load_backbone(build if local_size else self.spec).train()
+        if getattr(self.student, "num_classes", 0):
+            raise ConfigError("self-distillation trains a backbone without classifier: set model_kwargs.num_classes: 0")
+        self.student_head = ProjectionHead(self.student.num_features, out_dim, hidden_dim, bottleneck_dim)
+        #: the EMA teacher's backbone: what is evaluated and exported (``model``, as FinetuneModule's)
+        self.model = copy.deepcopy(self.student).requires_grad_(False)
+        self.teacher_head = copy.deepcopy(self.student_head).requires_grad_(False)
+        self.register_buffer("center", torch.zeros(1, out_dim))
+
+    # -- schedules ------------------------------------------------------------------------------
+    def _epochs_done(self) -> float:
+        """Training progress in epochs (fractional), from the global step."""
+        return self.global_step / max(1, self.trainer.num_training_batches)
+
+    def _teacher_temp(self) -> float:
+        hp = self.hparams
+        progress = min(1.0, self._epochs_done() / hp.warmup_teacher_temp_epochs) if hp.warmup_teacher_temp_epochs > 0 else 1.0
+        return hp.warmup_teacher_temp + (hp.teacher_temp - hp.warmup_teacher_temp) * progress
+
+    def _teacher_momentum(self) -> float:
+        """Cosine from ``teacher_momentum`` to 1 over the run."""
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        return 1.0 - (1.0 - self.hparams.teacher_momentum) * warmup_cosine(self.global_step, total, 0, 0.0)
+
+    # -- training -------------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        reseed_for_epoch(self.current_epoch, self.global_rank)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        views = batch[0] if isinstance(batch, (list, tuple)) else batch
+        if views.dim() != 5 or views.shape[1] <= self.hparams.n_global_views:
+            raise ConfigError(f"self-distillation takes multi-crop batches [B, V, C, H, W] with more than "
+                              f"{self.hparams.n_global_views} views, got shape {tuple(views.shape)}; set "
+                              "data.init_args.train_views: multicrop (and n_local_views >= 1)")
+        n_views, n_global = views.shape[1], self.hparams.n_global_views
+        global_views = views[:, :n_global].transpose(0, 1).flatten(0, 1)  # view-major: [n_global * B, C, H, W]
+        local_views = views[:, n_global:].transpose(0, 1).flatten(0, 1)
+        if self.hparams.local_size:
+            local_views = F.interpolate(local_views, size=self.hparams.local_size, mode="bilinear", antialias=True,
+                                        align_corners=False)
+        with torch.no_grad():
+            self.model.eval()
+            teacher = self.teacher_head(embed(self.model, global_views))
+        student = torch.cat([self.student_head(embed(self.student, global_views)),
+                             self.student_head(embed(self.student, local_views))])
+        teacher_temp = self._teacher_temp()
+        loss = self_distillation_loss(student, teacher, self.center, n_views, n_global, self.hparams.student_temp,
+                                      teacher_temp)
+        self._update_center(teacher)
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False)
+        self.log("train/teacher_temp", teacher_temp, on_step=True, on_epoch=False)
+        return loss
+
+    @torch.no_grad()
+    def _update_center(self, teacher: torch.Tensor) -> None:
+        batch_center = teacher.mean(0, keepdim=True)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(batch_center)
+            batch_center /= dist.get_world_size()
+        momentum = self.hparams.center_momentum
+        self.center.mul_(momentum).add_(batch_center, alpha=1 - momentum)
+
+    def on_after_backward(self) -> None:
+        if self._epochs_done() < self.hparams.freeze_last_layer_epochs:
+            for param in self.student_head.last_layer.parameters():
+                param.grad = None
+
+    @torch.no_grad()
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        momentum = self._teacher_momentum()
+        self.log("train/teacher_momentum", momentum, on_step=True, on_epoch=False)
+        students = chain(self.student.parameters(), self.student_head.parameters())
+        teachers = chain(self.model.parameters(), self.teacher_head.parameters())
+        for teacher, student in zip(teachers, students):
+            teacher.mul_(momentum).add_(student.detach(), alpha=1 - momentum)
+
+    def on_train_epoch_end(self) -> None:
+        """The k-NN monitor of the teacher (see ``knn_train_samples``)."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if not self.hparams.knn_train_samples or datamodule is None or not getattr(datamodule, "labeled", False):
+            return
+        memory = extract_features(self.model, datamodule.labeled_dataloader("train", self.hparams.knn_train_samples),
+                                  device=self.device)
+        scored = extract_features(self.model, datamodule.labeled_dataloader("val", self.hparams.knn_val_samples),
+                                  device=self.device)
+        result = knn_classify(memory.embeddings, memory.targets, scored.embeddings, scored.targets)
+        self.log("knn/top1", result["top1"], prog_bar=True, on_epoch=True)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        """No validation loop (set ``trainer.limit_val_batches: 0``); the k-NN monitor runs after each epoch."""
+
+    def configure_optimizers(self):
+        optimizer = adamw([self.student, self.student_head], self.hparams.lr, self.hparams.weight_decay)
+        return warmup_cosine_schedule(optimizer, self.trainer, self.hparams.lr, self.hparams.min_lr,
+                                      self.hparams.warmup_epochs)
