@@ -53,12 +53,17 @@ class PruneSetup:
 _STAGE_SETTINGS = ("importance", "search", "export", "correction", "evaluation", "report")
 
 
+#: The data a development model was trained on, when it is not the demo config's plain Fashion-MNIST.
+MODEL_DATA = {"clutter": ["--data.init_args.source=fashion_mnist_clutter"]}
+
+
 def model_overrides(name: str) -> list[str]:
-    """``prune.py`` overrides that load development model ``name`` (its architecture and weights)."""
+    """``prune.py`` overrides that load development model ``name`` (its architecture and weights) and its data."""
     record = json.loads((MODELS[name] / "architecture.json").read_text())
     kwargs = record["base"]["model_kwargs"]
     return [f"--model.model_name={record['base']['model_name']}", "--model.pretrained=false",
-            f"--model.checkpoint_path={MODELS[name] / 'model.safetensors'}", f"--model.model_kwargs={json.dumps(kwargs)}"]
+            f"--model.checkpoint_path={MODELS[name] / 'model.safetensors'}", f"--model.model_kwargs={json.dumps(kwargs)}",
+            *MODEL_DATA.get(name, [])]
 
 
 def prune_setup(*overrides: str, config: Path = DEFAULT_PRUNE_CONFIG) -> PruneSetup:

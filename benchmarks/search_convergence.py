@@ -5,7 +5,7 @@
 
 For each development model: SnapViT's SSL-Fisher local scores (the scores the search is for) and the fitness images of
 ``configs/prune/demo.yaml`` (256 images), then ``--evaluations`` fitness evaluations of each search
-(``SearchSettings.paper()`` and ``SearchSettings.snapvit()``, same fitness, same seeds), with the best fitness
+(``SearchSettings.paper()`` and ``SearchSettings.snes()``, same fitness, same seeds), with the best fitness
 recorded after every generation against evaluations and wall time. Then the rank correlation
 (Spearman) of cheaper fitness sets (fewer images) with the fitness on 1000 images, over candidates
 drawn around the initial coefficients at the spreads a search visits (what "a cheaper fitness keeps
@@ -55,7 +55,7 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 def rank_correlation(setup, scores, sizes: list[int], reference: int, per_spread: int) -> list[dict[str, Any]]:
     images = setup.datamodule.unlabeled_images(reference, setup.search.batch_size)
-    mean = initial_coefficients(len(scores.head_scores), scores.heads_per_block, *SearchSettings.snapvit().initial_range)
+    mean = initial_coefficients(len(scores.head_scores), scores.heads_per_block, *SearchSettings.snes().initial_range)
     g = torch.Generator().manual_seed(0)
     candidates = [mean * torch.exp(sigma * torch.randn(mean.shape, generator=g))
                   for sigma in (0.1, 0.3, 0.5, 1.0) for _ in range(per_spread)]

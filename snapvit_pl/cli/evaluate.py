@@ -1,7 +1,7 @@
 """``snapvit-pl evaluate`` / ``python -m snapvit_pl.evaluate``: frozen-feature metrics, size and speed of one
 (pruned or dense) ViT.
 
-Prints one JSON object: ``params``, ``flops`` (one image), ``knn_top1``/``knn_top5`` (weighted k-NN),
+Prints one JSON object: ``params``, ``flops`` (one image, 2 per multiply-accumulate), ``macs`` (the papers' "FLOPs"), ``knn_top1``/``knn_top5`` (weighted k-NN),
 ``linear_top1`` (linear probe on the same features), ``head_top1`` (the model's own classifier, no
 retraining), ``seg_miou``/``seg_pixel_accuracy`` (linear probe on patch tokens), ``throughput_images_per_s``,
 plus the settings and per-stage timings. The model is ``--checkpoint`` (a pruned checkpoint, local or

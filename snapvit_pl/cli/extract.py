@@ -61,6 +61,8 @@ def _extract(argv: list[str]) -> int:
     from ..models import BackboneSpec, load_backbone
     from ..pipeline import DataModuleInputs, Pipeline, PipelineSettings
     from ..pipeline.settings import ExportSettings
+    from ..models.cost import macs
+    from ..pipeline.tables import human
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -94,5 +96,6 @@ def _extract(argv: list[str]) -> int:
         latency = "" if item.latency_ms is None else \
             f", {item.latency_ms:.2f} ms measured ({item.predicted_latency_ms:.2f} predicted)"
         print(f"{item.checkpoint}: mlp_ratio {item.mlp_ratio:.3f}, head_ratio {item.head_ratio:.3f}, "
-              f"{item.params / cost.dense_params:.1%} params, {item.flops / cost.dense_flops:.1%} FLOPs{latency}")
+              f"{item.params / cost.dense_params:.1%} params, {item.flops / cost.dense_flops:.1%} FLOPs "
+              f"({human(item.flops)} FLOPs = {human(macs(item.flops))} multiply-accumulates){latency}")
     return 0

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..device import autocast_context, resolve_device
 from ..errors import ConfigError
-from ..models.cost import count_flops, count_params, input_shape
+from ..models.cost import count_flops, count_params, input_shape, macs
 from .features import extract_features
 from .knn import knn_classify
 from .linear_probe import linear_probe
@@ -250,7 +250,7 @@ def evaluate_model(
         settings: the metrics and their parameters (default :class:`EvaluationSettings`).
         device: where to run (default: CUDA if available).
         log: receives one line per finished part.
-        count_cost: include ``params`` and ``flops`` (one image).
+        count_cost: include ``params``, ``flops`` and ``macs`` (one image; ``COST_CONVENTION``).
 
     Returns:
         a flat dict: ``params``, ``flops``, then e.g. ``knn_top1``, ``knn_top5``, ``linear_top1``,
@@ -262,7 +262,10 @@ def evaluate_model(
     device = resolve_device(device)
     log = log or (lambda message: None)
     model.eval()
-    result: dict[str, Any] = {"params": count_params(model), "flops": count_flops(model)} if count_cost else {}
+    result: dict[str, Any] = {}
+    if count_cost:
+        flops = count_flops(model)
+        result = {"params": count_params(model), "flops": flops, "macs": macs(flops)}
     skipped: dict[str, str] = {}
     timings: dict[str, float] = {}
     classification = [m for m in CLASSIFICATION_METRICS if m in metrics]

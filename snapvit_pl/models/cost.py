@@ -10,6 +10,21 @@ from torch.utils.flop_counter import FlopCounterMode
 from .modes import eval_mode, frozen, manual_attention
 
 
+#: How the project counts compute. ``flops``: floating-point operations per image as ``torch.utils.flop_counter``
+#: counts them, 2 per multiply-accumulate; ``macs``: multiply-accumulates per image, what papers (SnapViT, DeiT,
+#: timm's tables) call "FLOPs": DINO ViT-B/16 at 224 px is 35.1 G FLOPs = 17.6 G MACs.
+COST_CONVENTION = {
+    "flops": "floating-point operations per image, 2 per multiply-accumulate (torch.utils.flop_counter)",
+    "macs": "multiply-accumulates per image (= flops / 2; what papers, SnapViT included, call FLOPs)",
+}
+FLOPS_PER_MAC = 2
+
+
+def macs(flops: float) -> int:
+    """Multiply-accumulates of a FLOP count (:data:`COST_CONVENTION`)."""
+    return int(round(flops / FLOPS_PER_MAC))
+
+
 def count_params(model: nn.Module, trainable_only: bool = False) -> int:
     """Number of parameters (all, or only those with ``requires_grad``)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -92,7 +92,8 @@ def model_card(record: dict[str, Any], repo_id: str) -> str:
     if "mlp_ratio" in extra:
         lines.append(f"| removed | {100 * extra['mlp_ratio']:.1f}% of the MLP neurons, {100 * extra['head_ratio']:.1f}% "
                      "of the heads |")
-    for key, label in (("params", "parameters"), ("flops", "FLOPs per image")):
+    for key, label in (("params", "parameters"), ("flops", "FLOPs per image (2 per multiply-accumulate)"),
+                       ("macs", "multiply-accumulates per image (what papers call FLOPs)")):
         if key in extra:
             lines.append(f"| {label} | {extra[key]:,} |")
     lines += ["", "Kept per block:", "", "| block | " + " | ".join(str(b) for b in range(len(heads))) + " |",

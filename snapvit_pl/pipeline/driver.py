@@ -243,7 +243,7 @@ class Pipeline:
         self._importance["bar"].close()
         scorer = self.settings.importance.scorer
         scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
-        self.state.local = scorer.compute()
+        self.state.local = scorer.compute().allocated(self.settings.importance.allocation)
         self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
         self.state.peak_memory_mb["importance"] = round(self._importance["memory"].peak_mb(), 1)
         self._importance = None

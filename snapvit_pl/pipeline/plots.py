@@ -39,7 +39,7 @@ def accuracy_figure(report: dict[str, Any], size: str) -> Optional[Figure]:
         ax.annotate(entry["label"], (entry[size], 100 * top), textcoords="offset points", xytext=(0, 7), ha="center",
                     fontsize=7, color="gray")
     ax.plot([], [], marker="*", markersize=13, color="black", linestyle="none", label="dense (stars)")
-    name = "parameters" if size == "params" else "FLOPs per image"
+    name = "parameters" if size == "params" else "FLOPs per image (2 per multiply-accumulate)"
     from matplotlib.ticker import FuncFormatter
 
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: human(value, dense[size])))

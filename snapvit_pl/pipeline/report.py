@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..io import write_json_atomic, write_text_atomic
+from ..models.cost import COST_CONVENTION, macs
 from .plots import write_plots
 from .state import RunState
-from .tables import columns, metric_names, rows, summary_table
+from .tables import CAPTION, columns, metric_names, rows, summary_table
 
 
 def build_report(state: RunState) -> dict[str, Any]:
@@ -16,12 +17,14 @@ def build_report(state: RunState) -> dict[str, Any]:
     search = {} if state.search is None else (state.search.summary() | {
         "resumed_at": state.search.resumed_at, "forward_s": round(state.search.forward_s, 3),
         "history": state.search.history})
-    dense = {} if state.dense is None else {"params": state.dense.params, "flops": state.dense.flops}
+    dense = {} if state.dense is None else {"params": state.dense.params, "flops": state.dense.flops,
+                                            "macs": macs(state.dense.flops)}
     if state.dense is not None and state.dense.metrics is not None:
         dense["metrics"] = state.dense.metrics
     return {
         "model": state.spec.to_dict() | {"fingerprint": state.fingerprint},
         "method": state.method,
+        "units": dict(COST_CONVENTION),
         "timings": state.timings.to_dict(),
         "peak_memory_mb": state.peak_memory_mb, "peak_memory": state.memory_kind,
         "search": search,
@@ -102,7 +105,7 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
             f"{c['label']} head ratio {c['head_ratio']:.2f} (schedule {c['schedule_head_ratio']:.2f})"
             for c in requested) + (f"; {grid} more on a grid of kept parameter and FLOPs fractions (later budgets "
                                    "interpolate between them)" if grid else ""))
-    lines += ["", "Accuracies in %; mlp/head: the share of MLP neurons / heads removed.", "",
+    lines += ["", CAPTION[0].upper() + CAPTION[1:] + ".", "",
               "| " + " | ".join(columns(report)) + " |", "|" + "---|" * len(columns(report))]
     lines += ["| " + " | ".join(row) + " |" for row in rows(report)]
     for name, path in (figures or {}).items():

@@ -16,26 +16,33 @@ from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from ..errors import ConfigError
 from ..eval.suite import EvaluationSettings
 from ..scoring import OutputSensitivity, Scorer
+from ..scoring.base import ALLOCATIONS, Allocation
 from ..search.settings import SearchSettings
 
 
 @dataclass
 class ImportanceSettings:
-    """Which local score, and how much of each block is protected from pruning.
+    """Which local score, how blocks are compared, and how much of each block is protected from pruning.
 
     Args:
         scorer: any :class:`snapvit_pl.scoring.Scorer` (default ``OutputSensitivity()``, label-free).
+        allocation: how the scores of different blocks are compared by the global ranking: ``global`` (as they are,
+            the default), ``uniform`` (each block loses the same share: Minitron's and Wanda-sp's published
+            allocation) or ``standardized`` (per-block z-scores: FLAP's); see ``LocalScores.allocated``.
         min_mlp_keep: share of each block's MLP neurons never pruned.
         min_head_keep: share of each block's heads never pruned.
     """
 
     scorer: Optional[Scorer] = None
+    allocation: Allocation = "global"
     min_mlp_keep: float = MIN_MLP_KEEP
     min_head_keep: float = MIN_HEAD_KEEP
 
     def __post_init__(self) -> None:
         if self.scorer is None:
             self.scorer = OutputSensitivity()
+        if self.allocation not in ALLOCATIONS:
+            raise ConfigError(f"importance.allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
         for name in ("min_mlp_keep", "min_head_keep"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"importance.{name} must lie in [0, 1], got {getattr(self, name)}")
@@ -123,4 +130,6 @@ class PipelineSettings:
 
     def record(self) -> dict[str, Any]:
         """How the scores are computed, JSON-ready (recorded in the elastic scores and the report)."""
-        return {"scorer": self.importance.scorer_record(), "search": self.search.to_dict()}
+        allocation = self.importance.allocation
+        return {"scorer": self.importance.scorer_record(), "search": self.search.to_dict(),
+                **({} if allocation == "global" else {"allocation": allocation})}

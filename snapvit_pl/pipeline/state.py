@@ -9,6 +9,7 @@ from typing import Any, Iterator, Optional
 from torch import nn
 
 from ..elastic.budget import Budget
+from ..models.cost import macs
 from ..models.loading import BackboneSpec
 from ..models.units import Subnet
 from ..scoring.base import LocalScores
@@ -96,6 +97,7 @@ class ExtractedModel:
         entry: dict[str, Any] = {
             "label": self.label, "budget": self.budget.to_dict(), "mlp_ratio": round(self.mlp_ratio, 6),
             "head_ratio": round(self.head_ratio, 6), "params": self.params, "flops": self.flops,
+            "macs": macs(self.flops),
             "heads": self.subnet.head_counts, "mlp_hidden": self.subnet.neuron_counts,
         }
         for key in ("metrics", "correction", "checkpoint", "latency_ms", "predicted_latency_ms"):

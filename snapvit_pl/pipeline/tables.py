@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..eval.suite import THROUGHPUT_KEY
+from ..models.cost import macs
 
 #: Metrics shown in the tables and plots (short column label, full name); everything else stays in report.json.
 TABLE_METRICS = {
@@ -11,6 +12,11 @@ TABLE_METRICS = {
     "head_top1": ("head", "own-head top-1"), "seg_miou": ("seg", "segmentation mIoU"),
     THROUGHPUT_KEY: ("img/s", "images per second"),
 }
+
+
+#: Under every table of a run: what the columns measure (FLOPs and MACs per image: :data:`COST_CONVENTION`).
+CAPTION = ("accuracies in %; ratios: share of MLP neurons / heads removed; FLOPs per image, 2 per multiply-accumulate; "
+           "MACs: multiply-accumulates per image (what papers call FLOPs)")
 
 
 def metric_names(report: dict[str, Any]) -> list[str]:
@@ -47,13 +53,14 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
         out.append([
             name, ratios, f"{human(entry['params'], dense['params'])} {entry['params'] / dense['params']:.0%}",
             f"{human(entry['flops'], dense['flops'])} {entry['flops'] / dense['flops']:.0%}",
+            human(macs(entry['flops']), macs(dense['flops'])),
             *[format_metric(m, (entry.get("metrics") or {}).get(m)) for m in metrics],
         ])
     return out
 
 
 def columns(report: dict[str, Any]) -> list[str]:
-    return ["model", "mlp/head", "params", "FLOPs"] + [TABLE_METRICS[m][0] for m in metric_names(report)]
+    return ["model", "mlp/head", "params", "FLOPs", "MACs"] + [TABLE_METRICS[m][0] for m in metric_names(report)]
 
 
 def summary_table(report: dict[str, Any]):
@@ -62,7 +69,7 @@ def summary_table(report: dict[str, Any]):
     from rich.table import Table
 
     table = Table(title=f"snapvit-pl: {report['model']['model_name']}", box=box.SIMPLE_HEAD, padding=(0, 1),
-                  caption="accuracies in %; ratios: share of MLP neurons / heads removed")
+                  caption=CAPTION)
     for column in columns(report):  # the model label never folds; the numbers fold (never cut) when too narrow
         table.add_column(column, justify="left" if column == "model" else "right", overflow="fold",
                          no_wrap=column == "model")

@@ -19,12 +19,12 @@ import inspect
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from ..errors import CheckpointError, DataError, SnapViTError
+from ..errors import CheckpointError, ConfigError, DataError, SnapViTError
 from ..models.units import BlockUnits, UnitGroup, prunable_blocks
 
 
@@ -37,6 +37,28 @@ class NonFiniteGradientError(SnapViTError, FloatingPointError):
 
 
 # -- scores ------------------------------------------------------------------------------------
+#: How unit scores of different blocks are compared by the global ranking (``importance.allocation``):
+#: ``global``, the scores as they are (calibrated across blocks: the project's default score, SnapViT's scores with
+#: their block coefficients); ``uniform``, every block loses the same share (what Minitron and Wanda-sp publish);
+#: ``standardized``, per-block z-scores (FLAP's standardisation).
+ALLOCATIONS = ("global", "uniform", "standardized")
+Allocation = Literal["global", "uniform", "standardized"]
+
+
+def _within_block_rank(scores: Tensor) -> Tensor:
+    """Rank of each score within its block as a fraction in [0, 1] (ties by position, stable)."""
+    order = torch.argsort(scores, stable=True)
+    ranks = torch.empty_like(scores)
+    ranks[order] = torch.arange(len(scores), dtype=scores.dtype)
+    return ranks / max(1, len(scores) - 1)
+
+
+def _standardized(scores: Tensor) -> Tensor:
+    """Per-block z-scores (a block with constant scores gets zeros)."""
+    std = scores.std(unbiased=False) if len(scores) > 1 else scores.new_tensor(0.0)
+    return (scores - scores.mean()) / std if std > 0 else torch.zeros_like(scores)
+
+
 @dataclass
 class LocalScores:
     """One importance score per unit (higher = more important), block by block.
@@ -71,6 +93,20 @@ class LocalScores:
         if not isinstance(data, dict) or "heads" not in data or "neurons" not in data:
             raise CheckpointError("scores must be a mapping with 'heads' and 'neurons' (one list per block)")
         return cls(list(data["heads"]), list(data["neurons"]))
+
+    def allocated(self, allocation: Allocation) -> "LocalScores":
+        """The scores as the global ranking should compare them across blocks (see :data:`ALLOCATIONS`).
+
+        ``global`` returns self; ``uniform`` replaces each score by its rank within its block, as a fraction in
+        [0, 1], so a global cut removes (to one unit) the same share of every block; ``standardized`` subtracts each
+        block's mean and divides by its standard deviation (FLAP), separately for heads and MLP neurons.
+        """
+        if allocation not in ALLOCATIONS:
+            raise ConfigError(f"importance.allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
+        if allocation == "global":
+            return self
+        transform = _within_block_rank if allocation == "uniform" else _standardized
+        return LocalScores([transform(h) for h in self.heads], [transform(n) for n in self.neurons])
 
     def validate(self, model_or_blocks: nn.Module | Sequence[BlockUnits]) -> "LocalScores":
         """Check the scores fit a model (block count, units per block, finite values); returns self.

@@ -15,11 +15,11 @@ from .xnes import XNES
 #: The optimisers ``search.optimizer`` names.
 OPTIMIZERS: dict[str, type[EvolutionStrategy]] = {"snes": SNES, "xnes": XNES}
 
-#: (mlp_ratio, head_ratio) pairs the fitness averages over (METHOD section 2).
+#: (mlp_ratio, head_ratio) pairs the fitness averages over (the paper's).
 DEFAULT_SPARSITY_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.35, 0.2), (0.55, 0.4), (0.65, 0.5))
 
 
-#: The paper's initial coefficients, from the first block to the last (METHOD section 2).
+#: The paper's initial coefficients, from the first block to the last.
 SNAPVIT_INITIAL_RANGE: tuple[float, float] = (1.2, 0.8)
 
 
@@ -31,10 +31,10 @@ class SearchSettings:
     :class:`snapvit_pl.scoring.OutputSensitivity`, is already in the fitness's units in every block, and
     a search over it did not help on the development models (docs/method.md, "The default score");
     the fitness still chooses each budget's head/MLP split. For scores that are not calibrated across
-    blocks (SnapViT's SSL-Fisher), ``SearchSettings.snapvit()`` is this project's search (a separable NES
-    on the log coefficients, step 0.5, 8 candidates per generation, 150 evaluations, coefficients from
-    1.2 to 0.8), and ``SearchSettings.paper()`` the paper's (xNES on the coefficients themselves, step 1,
-    the default population, 50 evaluations).
+    blocks (SnapViT's SSL-Fisher), ``SearchSettings.paper()`` is SnapViT's own search (xNES on the
+    coefficients themselves, step 1, the default population, 50 evaluations, coefficients from 1.2 to 0.8:
+    ``configs/prune/snapvit.yaml``), and ``SearchSettings.snes()`` this project's alternative (a separable
+    NES on the log coefficients, step 0.5, 8 candidates per generation, 150 evaluations).
 
     Args:
         optimizer: ``snes`` (separable NES) or ``xnes`` (the paper's full-covariance xNES).
@@ -95,14 +95,16 @@ class SearchSettings:
 
     @classmethod
     def paper(cls, **overrides: Any) -> "SearchSettings":
-        """The paper's search (METHOD section 2): xNES on the coefficients, sigma 1, default population."""
+        """SnapViT's own search (the paper's; ``configs/prune/snapvit.yaml``): xNES on the coefficients themselves,
+        sigma 1, the default population ``4 + floor(3 ln D)``, 50 evaluations, coefficients from 1.2 to 0.8."""
         return cls(**{"optimizer": "xnes", "sigma": 1.0, "parametrization": "linear", "popsize": None,
                       "max_evaluations": 50, "initial_range": SNAPVIT_INITIAL_RANGE, **overrides})
 
     @classmethod
-    def snapvit(cls, **overrides: Any) -> "SearchSettings":
-        """This project's search for SnapViT's SSL-Fisher scores: SNES on the log coefficients, 150 evaluations,
-        coefficients starting from the paper's 1.2 (first block) to 0.8 (last block)."""
+    def snes(cls, **overrides: Any) -> "SearchSettings":
+        """This project's alternative search for SnapViT's SSL-Fisher scores (not the paper's): SNES on the log
+        coefficients, step 0.5, 8 candidates per generation, 150 evaluations, coefficients starting from the paper's
+        1.2 (first block) to 0.8 (last block)."""
         return cls(**{"max_evaluations": 150, "initial_range": SNAPVIT_INITIAL_RANGE, **overrides})
 
     def to_dict(self) -> dict[str, Any]:

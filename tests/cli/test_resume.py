@@ -1,7 +1,6 @@
 """Interrupted prune runs (SIGKILL or SIGTERM, in the importance pass, in the middle of a search generation, in the
 export) resume to exactly the uninterrupted result: the scores file and every model byte for byte. While a run
 holds its directory, a second run or a resume into it is refused; a killed run's lock does not block its resume."""
-import hashlib
 import json
 import os
 import signal
@@ -11,9 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from snapvit_pl.pipeline.resume import RESUME_FILE
+from run_helpers import digests as _digests, env as _env, in_search as _in_search, wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -47,11 +45,6 @@ if os.environ.get("SNAPVIT_TEST_KILL_IN_EXPORT"):
 '''
 
 
-def _env(**extra: str) -> dict:
-    """One torch thread: these models are tiny, and two threads on a busy 2-core machine spin (several times slower)."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", **extra}
-
-
 def _start(run: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(run), *ARGS, *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env or _env())
@@ -62,37 +55,10 @@ def _prune(*args: str) -> subprocess.CompletedProcess:
                           env=_env())
 
 
-def _wait_for(run: Path, process: subprocess.Popen, ready, timeout: float = 600) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and process.poll() is None:
-        state_file = run / RESUME_FILE
-        if state_file.exists():
-            try:
-                state = torch.load(state_file, weights_only=True)
-            except Exception:  # being replaced at this moment
-                continue
-            if ready(state):
-                return
-        time.sleep(0.05)
-    pytest.fail("the run ended before the awaited point")
-
-
-def _in_search(state) -> bool:
-    """Saved in the middle of a generation (some of its candidates evaluated, not all)."""
-    progress = state.get("search") or {}
-    return bool(progress) and progress["pending"] is not None
-
-
 def _stop(process: subprocess.Popen, signum: int) -> None:
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 130), stderr[-2000:]
-
-
-def _digests(run: Path) -> dict[str, str]:
-    """sha256 of the scores file and of every file of every model."""
-    files = [run / "elastic_scores.safetensors", *sorted((run / "models").glob("*/*"))]
-    return {str(f.relative_to(run)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
 def _one_error(result: subprocess.CompletedProcess, message: str) -> None:

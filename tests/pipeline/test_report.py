@@ -54,7 +54,8 @@ def test_written_report_plots_are_png_and_markdown_is_rounded(tmp_path, capsys):
     markdown = (tmp_path / "report.md").read_text()
     assert "![kept_units](plots/kept_units.png)" in markdown
     assert "fitness 0.0554 -> 0.0457" in markdown and "0.045711" not in markdown
-    assert "| dense | - | 679k 100% | 72.3M 100% | 90.00 | 89.00 | 88.00 | 1500 |" in markdown
+    assert "| dense | - | 679k 100% | 72.3M 100% | 36.1M | 90.00 | 89.00 | 88.00 | 1500 |" in markdown
+    assert "MACs: multiply-accumulates per image" in markdown and report["dense"]["macs"] * 2 == report["dense"]["flops"]
     assert "Run directory" in capsys.readouterr().out
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from scoring_helpers import CORE, build, labels, views
-from snapvit_pl.errors import CheckpointError, DataError, UnsupportedModelError
+from snapvit_pl.errors import CheckpointError, ConfigError, DataError, UnsupportedModelError
 from snapvit_pl.models import prunable_blocks
 from snapvit_pl.scoring import (
     FLAP, Activation, Taylor, WandaSP, LAMP, SCORERS, LabelFisher, LocalScores, Magnitude, RandomScorer, ScoringError, SNIPMagnitude, SSLFisher,
@@ -236,3 +236,23 @@ def test_forward_only_and_sensitivity_scorers_get_plain_views():
     assert {scoring_views(s) for s in (Activation(), WandaSP(), FLAP(), OutputSensitivity())} == {"plain"}
     assert scoring_views(Taylor()) == scoring_views(SSLMaskFisher()) == scoring_views(SSLFisher()) == "multicrop"
     assert scoring_views(LabelFisher()) == "labeled" and scoring_views(Magnitude()) == "plain"
+
+
+def test_allocations_compare_blocks_as_published():
+    torch.manual_seed(0)
+    scales = [1.0, 100.0, 0.01]  # raw scores on very different scales per block
+    local = LocalScores([torch.rand(6) * s for s in scales], [torch.rand(40) * s for s in scales])
+    assert local.allocated("global") is local
+    uniform = local.allocated("uniform")
+    # the same share of every block below any global threshold: a 50% cut takes 20 neurons and 3 heads from each
+    neurons = torch.cat(uniform.neurons)
+    threshold = neurons.sort().values[len(neurons) // 2 - 1]
+    assert [int((n <= threshold).sum()) for n in uniform.neurons] == [20, 20, 20]
+    for raw, ranked in zip(local.heads, uniform.heads):  # the order within a block is kept
+        assert torch.equal(raw.argsort(), ranked.argsort())
+    standardized = local.allocated("standardized")
+    for block in standardized.heads + standardized.neurons:
+        assert abs(float(block.mean())) < 1e-5 and float(block.std(unbiased=False)) == pytest.approx(1.0, abs=1e-5)
+    assert torch.equal(LocalScores([torch.ones(3)], [torch.ones(4)]).allocated("standardized").heads[0], torch.zeros(3))
+    with pytest.raises(ConfigError, match="allocation must be one of global, uniform, standardized"):
+        local.allocated("layerwise")
