@@ -12,7 +12,7 @@ For each block in order, the calibration hidden states entering it come from the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 from torch import nn
@@ -30,10 +30,14 @@ _STAGES = (("heads", "proj"), ("neurons", "fc2"))
 
 @dataclass
 class CorrectionSettings:
-    """SparseGPT-style weight correction of extracted models (off by default in a pruning run).
+    """Weight correction of extracted models (off by default in a pruning run).
 
     Args:
         enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units).
+        method: ``sparsegpt`` (an OBS update of the kept columns, :func:`correct_and_prune`) or ``bias`` (FLAP's
+            bias compensation: the removed channels' mean input folded into the bias,
+            :func:`snapvit_pl.correction.compensate_bias_and_prune`; FLAP as published is ``importance.scorer: FLAP``,
+            ``importance.allocation: standardized`` and this).
         num_samples: calibration images (plain views of a seeded subset of the pruning data).
         batch_size: images per forward pass.
         damping, damp_fraction, block_size: see :meth:`snapvit_pl.correction.ColumnCorrector.correct`
@@ -41,6 +45,7 @@ class CorrectionSettings:
     """
 
     enabled: bool = False
+    method: Literal["sparsegpt", "bias"] = "sparsegpt"
     num_samples: int = 256
     batch_size: int = 64
     damping: Damping = DAMPING
@@ -50,6 +55,8 @@ class CorrectionSettings:
     def __post_init__(self) -> None:
         if self.num_samples < 1 or self.batch_size < 1 or self.block_size < 1 or not self.damp_fraction >= 0:
             raise ConfigError("correction: num_samples, batch_size and block_size must be >= 1, damp_fraction >= 0")
+        if self.method not in ("sparsegpt", "bias"):
+            raise ConfigError(f"correction.method must be sparsegpt or bias, got {self.method!r}")
 
 
 @torch.no_grad()

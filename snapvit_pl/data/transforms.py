@@ -18,7 +18,7 @@ from torchvision.transforms import v2
 
 from ..errors import DataError
 
-#: SnapViT's multi-crop views (METHOD section 1): 2 global crops of 25-100% and 10 local crops of 5-25% of the image.
+#: SnapViT's multi-crop views: 2 global crops of 25-100% and 10 local crops of 5-25% of the image.
 N_GLOBAL_VIEWS, N_LOCAL_VIEWS = 2, 10
 GLOBAL_CROP_SCALE: tuple[float, float] = (0.25, 1.0)
 LOCAL_CROP_SCALE: tuple[float, float] = (0.05, 0.25)

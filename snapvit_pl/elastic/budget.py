@@ -143,11 +143,6 @@ class Budget:
 DEFAULT_SPARSITIES: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 
 
-def paper_budgets() -> list[Budget]:
-    """The paper's six (mlp_ratio, head_ratio) pairs as budgets."""
-    return [Budget(mlp_ratio=m, head_ratio=h) for m, h in PAPER_PAIRS]
-
-
 def default_budgets() -> list[Budget]:
     """What ``prune.py`` exports when no budgets are given: the sparsities of :data:`DEFAULT_SPARSITIES`."""
     return [Budget(sparsity=s) for s in DEFAULT_SPARSITIES]

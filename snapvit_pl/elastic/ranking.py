@@ -9,7 +9,7 @@ import torch
 from ..errors import PruningSpecError
 from ..models.units import Subnet, min_kept
 
-#: Share of each block's MLP neurons / heads that is never pruned (METHOD section 3): the defaults everywhere.
+#: Share of each block's MLP neurons / heads that is never pruned (the paper's): the defaults everywhere.
 MIN_MLP_KEEP = 0.05
 MIN_HEAD_KEEP = 0.2
 

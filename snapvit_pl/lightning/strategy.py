@@ -9,7 +9,7 @@ class PruningDDPStrategy(DDPStrategy):
     module in ``DistributedDataParallel``.
 
     The pruning run trains nothing: scorers take gradients with ``torch.autograd.grad`` and
-    all-reduce their own statistics, and the search splits each xNES generation across ranks.
+    all-reduce their own statistics, and the search evaluates each generation's candidates across ranks.
     A DDP wrapper would only add gradient hooks that never fire. ``prune.py`` uses this class
     whenever ``--trainer.strategy ddp`` is given.
     """

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import nn
 
-from ..correction import CorrectionSettings, correct_and_prune
+from ..correction import CorrectionSettings, compensate_bias_and_prune, correct_and_prune
 from ..elastic.budget import Budget, CostModel
 from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
@@ -41,9 +41,13 @@ class Correction:
         s = self.settings
         started = time.perf_counter()
         images = self.images.to(next(base.parameters()).device)
-        model = correct_and_prune(copy.deepcopy(base), subnet, images, s)
-        return model, {"num_samples": len(images), "damping": s.damping, "damp_fraction": s.damp_fraction,
-                       "seconds": round(time.perf_counter() - started, 3)}
+        if s.method == "bias":
+            model = compensate_bias_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size)
+            done = {"method": "bias", "num_samples": len(images)}
+        else:
+            model = correct_and_prune(copy.deepcopy(base), subnet, images, s)
+            done = {"num_samples": len(images), "damping": s.damping, "damp_fraction": s.damp_fraction}
+        return model, {**done, "seconds": round(time.perf_counter() - started, 3)}
 
 
 class Evaluation:

@@ -109,3 +109,21 @@ def test_a_layer_without_bias_is_refused():
     subnet = Subnet([torch.tensor([0, 1])] * 2, Subnet.full(model).neurons)
     with pytest.raises(ValueError, match="blocks.0 proj has no bias"):
         compensate_bias_and_prune(model, subnet, smooth_images(2, 0))
+
+
+def test_correction_method_bias_is_flaps_compensation_in_the_pipeline():
+    from snapvit_pl.correction import CorrectionSettings
+    from snapvit_pl.errors import ConfigError
+    from snapvit_pl.pipeline.extraction import Correction
+
+    model, images = model_of("dino_vit"), smooth_images(6, 0)
+    full = Subnet.full(model)
+    subnet = Subnet([full.heads[0], torch.tensor([1, 3])], [torch.arange(0, full.neurons[0].numel(), 2), full.neurons[1]])
+    corrected, info = Correction(CorrectionSettings(enabled=True, method="bias", batch_size=4), images)(model, subnet)
+    expected = compensate_bias_and_prune(copy.deepcopy(model), subnet, images, batch_size=4)
+    assert architecture(corrected) == architecture(expected)
+    for (name, a), b in zip(corrected.state_dict().items(), expected.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert info["method"] == "bias" and info["num_samples"] == 6
+    with pytest.raises(ConfigError, match="correction.method must be sparsegpt or bias"):
+        CorrectionSettings(method="obs")

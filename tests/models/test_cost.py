@@ -1,6 +1,7 @@
 import copy
 
 import pytest
+import timm
 import torch
 
 from families import FAMILIES, random_subnet
@@ -50,3 +51,18 @@ def test_cost_model_is_exact_for_every_family_and_leaves_the_model_as_it_was(fam
     subnet = random_subnet(model, 2)
     pruned = prune_(copy.deepcopy(model), subnet)
     assert cost.params(subnet) == count_params(pruned) and cost.flops(subnet) == count_flops(pruned)
+
+
+def test_vit_b16_is_17_6_g_multiply_accumulates_as_papers_count_it():
+    """Papers (SnapViT, DeiT, timm's tables) quote ViT-B/16 at 224 px as 17.6 G "FLOPs": multiply-accumulates. The
+    counter gives 2 per multiply-accumulate; the table and report.json show both, each labelled."""
+    from snapvit_pl.models.cost import COST_CONVENTION, macs
+    from snapvit_pl.pipeline.tables import CAPTION, columns, human, rows
+
+    model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0)
+    flops = count_flops(model)
+    assert human(flops) == "35.1G" and human(macs(flops)) == "17.6G"
+    report = {"dense": {"params": count_params(model), "flops": flops, "metrics": {}}, "pruned": []}
+    row = dict(zip(columns(report), rows(report)[0]))
+    assert row["FLOPs"] == "35.1G 100%" and row["MACs"] == "17.6G"
+    assert "2 per multiply-accumulate" in CAPTION and "2 per multiply-accumulate" in COST_CONVENTION["flops"]
