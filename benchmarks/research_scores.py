@@ -64,12 +64,20 @@ from snapvit_pl.pipeline import (  # noqa: E402
     scoring_views, split_table,
 )
 from snapvit_pl.scoring import LocalScores  # noqa: E402
+from snapvit_pl.search import SearchSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESEARCH = RESULTS / "research"
 CACHE = RESEARCH / "cache"  # git-ignored (RESEARCH/.gitignore)
 PAIRS = list(PAPER_PAIRS[-4:])  # ~71/61/51/41% of the parameters kept
 REPORTED = ("head_top1", "linear_top1", "knn_top1")
+def _search_fields(settings: SearchSettings) -> dict[str, Any]:
+    """The coefficient-search fields of a preset (not its fitness sizes, which the config gives)."""
+    return {k: getattr(settings, k) for k in ("optimizer", "max_evaluations", "popsize", "sigma", "parametrization",
+                                               "initial_range")}
+
+
+PAPER_SEARCH, SNES_SEARCH = _search_fields(SearchSettings.paper()), _search_fields(SearchSettings.snes())
 #: the search's initial coefficients before the port (today's default is 1 .. 1): what ``coefficients="initial"``
 #: gives a variant without search
 OLD_INITIAL_RANGE = (1.2, 0.8)
@@ -97,6 +105,8 @@ class Variant:
         correction: ``None``, ``"sparsegpt"`` or ``"bias"`` (FLAP bias compensation).
         post: a key of ``POST``: a function (setup, scores, images, cost, log) -> scores applied before the split.
         post_kwargs: its keyword arguments.
+        fitness: overrides of the fitness sizes (``num_images``, ``pca_components``) for the search and the split
+            choice (None: the config's).
     """
 
     scorer: str
@@ -107,6 +117,7 @@ class Variant:
     correction: Optional[str] = None
     post: Optional[str] = None
     post_kwargs: dict[str, Any] = field(default_factory=dict)
+    fitness: Optional[dict[str, int]] = None
 
 
 VARIANTS: dict[str, Variant] = {
@@ -142,10 +153,19 @@ VARIANTS: dict[str, Variant] = {
     "gram_bd_none_split": Variant("gram_greedy", {"block_diagonal": True}, coefficients="none"),
     "sens_splitsearch": Variant("sensitivity", views="plain", coefficients="none", post="split_search",
                                 post_kwargs={**OLD_DEMO_SEARCH, "initial_range": (1.0, 1.0)}),
+    # issue 28 / 31: today's searches (SearchSettings.paper(): the preset's xNES; SearchSettings.snes()), with
+    # SSL-Fisher and with the default score (from coefficients 1), and the fitness sizes of the library defaults
+    "ssl_fisher_xnes": Variant("ssl_fisher", search=PAPER_SEARCH),
+    "ssl_fisher_snes": Variant("ssl_fisher", search=SNES_SEARCH),
+    "sens_xnes1": Variant("sensitivity", views="plain", search={**PAPER_SEARCH, "initial_range": (1.0, 1.0)}),
+    "sens_snes1": Variant("sensitivity", views="plain", search={**SNES_SEARCH, "initial_range": (1.0, 1.0)}),
+    "label_fisher_none_split": Variant("label_fisher", coefficients="none"),
+    "sens_none_split_f1000": Variant("sensitivity", views="plain", coefficients="none",
+                                     fitness={"num_images": 1000, "pca_components": 192}),
 }
 # the same sub-networks with SparseGPT correction (and FLAP's bias compensation) at extraction
 for _name in ("ours", "label_fisher_split", "snip_magnitude_split", "taylor_split", "flap_split", "sens_none_split",
-              "gn_greedy_split", "activation_z_split", "wanda_sp_z_split"):
+              "gn_greedy_split", "activation_z_split", "wanda_sp_z_split", "label_fisher_none_split", "ssl_fisher_xnes"):
     if _name in VARIANTS:
         VARIANTS[f"{_name}+sgpt"] = replace(VARIANTS[_name], correction="sparsegpt")
         VARIANTS[f"{_name}+bias"] = replace(VARIANTS[_name], correction="bias")
@@ -196,7 +216,7 @@ def _tag(tag: Sequence[str]) -> list[list[str]]:
 def search_coefficients(variant: Variant, setup, local: ElasticScores, images, model_name: str, seed: int, log,
                         cache: Path = CACHE, tag: Sequence[str] = (), evaluations: Optional[int] = None):
     """``evaluations``: replaces the variant's ``max_evaluations`` (``--quick``)."""
-    settings = replace(setup.search, **variant.search)
+    settings = replace(setup.search, **(variant.fitness or {}), **variant.search)
     if evaluations is not None:
         settings = replace(settings, max_evaluations=evaluations)
     path = cache / (f"{model_name}_s{seed}_search_{variant.scorer}_"
@@ -233,16 +253,20 @@ def run(models: list[str], seeds: list[int], variants: list[str], out: Path, val
                 settings = Settings(split="holdout", val_samples=val_samples, train_samples=train_samples)
                 eval_setup = setup if seed == 0 else prune_setup(*model_overrides(model_name), "--data.init_args.seed=0",
                                                                  *overrides)
-                evaluation = CachedEvaluation(EvaluationSettings(metrics=["knn", "linear", "head"],
+                has_head = bool(getattr(setup.model, "num_classes", 0))  # (the self-supervised model has none)
+                evaluation = CachedEvaluation(EvaluationSettings(metrics=["knn", "linear", *(["head"] if has_head else [])],
                                                                  train_samples=train_samples, val_samples=val_samples),
                                               evaluation_data(eval_setup, settings), device=torch.device("cpu"))
-            images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
+            config_images = setup.datamodule.unlabeled_images(setup.search.num_images, setup.search.batch_size)
             cost = CostModel(setup.model)
             blocks = len(setup.model.blocks)
             for name in todo:
                 variant = VARIANTS[name]
                 record: dict[str, Any] = {"model": model_name, "seed": seed, "variant": name,
                                           "config": {k: v for k, v in variant.__dict__.items()}}
+                fitness = replace(setup.search, **(variant.fitness or {}))
+                images = config_images if not variant.fitness else setup.datamodule.unlabeled_images(
+                    fitness.num_images, fitness.batch_size)
                 local, record["scoring_s"], hit = local_scores(variant, setup, model_name, seed, cache, overrides)
                 log(f"{model_name} seed {seed} {name}: scores {'cached' if hit else 'computed'} ({record['scoring_s']:.1f}s)")
                 scores = ElasticScores(local.heads, local.neurons, None, setup.spec.to_dict(), fingerprint(setup.model),
@@ -264,7 +288,7 @@ def run(models: list[str], seeds: list[int], variants: list[str], out: Path, val
                 budgets = [Budget(params=cost.params(scores.subnet(Budget(mlp_ratio=m, head_ratio=h), cost)[0]))
                            for m, h in PAIRS]
                 started = time.perf_counter()
-                choices = choose_splits(setup.model, images, scores, budgets, setup.search,
+                choices = choose_splits(setup.model, images, scores, budgets, fitness,
                                         replace(setup.export, split_grid=0), cost)  # these budgets only, no grid
                 scores.splits = split_table(choices)
                 record["split_s"] = time.perf_counter() - started
@@ -281,7 +305,8 @@ def run(models: list[str], seeds: list[int], variants: list[str], out: Path, val
                                    "heads": it.subnet.head_counts, "mlp_hidden": it.subnet.neuron_counts,
                                    **{k: it.metrics.get(k) for k in REPORTED}} for pair, it in zip(PAIRS, items)]
                 log(f"  {name}: " + "; ".join(f"{tuple(r['pair'])} h{r['ratios'][1]:.2f} "
-                                             + "/".join(f"{100 * r[k]:.2f}" for k in REPORTED) for r in record["rows"]))
+                                             + "/".join("-" if r[k] is None else f"{100 * r[k]:.2f}" for k in REPORTED)
+                                             for r in record["rows"]))
                 with out.open("a") as f:
                     f.write(json.dumps(record) + "\n")
 
@@ -306,14 +331,14 @@ def summary(path: Path, variants: Optional[list[str]] = None, models: Optional[l
     names = variants or list(dict.fromkeys(r["variant"] for r in records))
     lines = []
     for model_name in models or list(dict.fromkeys(r["model"] for r in records)):
-        for key in REPORTED[:2]:
+        for key in REPORTED:
             lines += ["", f"### {model_name}: {key} (holdout, mean ± std over seeds [n])", "",
                       "| variant | " + " | ".join(f"{tuple(p)}" for p in PAIRS) + " | mean | time (s) |",
                       "|---|" + "---:|" * (len(PAIRS) + 2)]
             for name in names:
                 runs = by.get((model_name, name))
-                if not runs:
-                    continue
+                if not runs or runs[0]["rows"][0].get(key) is None:
+                    continue  # (not measured, or no own head)
                 cells, means = [], []
                 for i in range(len(PAIRS)):
                     values = [100 * r["rows"][i][key] for r in runs]
