@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import snapvit_pl.data.fashion_mnist as fashion_mnist_module
-from snapvit_pl.data import ClassificationDataModule, DataError, FashionMNIST
+from snapvit_pl.data import ClassificationDataModule, DataError, FashionMNIST, find_fashion_mnist
 
 
 def raw_bytes(directory, name):
@@ -76,3 +76,32 @@ def test_root_is_searched_after_the_package(fashion_mnist_dir, tmp_path, monkeyp
     monkeypatch.setattr(fashion_mnist_module, "DEBIAN_FASHION_MNIST_DIR", str(tmp_path / "absent"))
     dataset = FashionMNIST(str(tmp_path), "val")
     assert dataset.directory == str(raw) and len(dataset) == 10000
+
+
+@pytest.mark.skipif(find_fashion_mnist(None) is None, reason="apt-get install dataset-fashion-mnist")
+def test_cluttered_canvases_hold_the_labelled_item_among_fragments():
+    from snapvit_pl.data.fashion_mnist import FashionMNISTClutter
+
+    items = FashionMNIST(None, "val")
+    canvases = FashionMNISTClutter(items, "val")
+    image, label = canvases[7]
+    assert image.size == (36, 36) and image.mode == "L" and label == int(items.targets[7])
+    again, _ = FashionMNISTClutter(FashionMNIST(None, "val"), "val")[7]
+    assert np.array_equal(np.asarray(image), np.asarray(again))  # a function of (seed, split, index)
+    other, _ = FashionMNISTClutter(items, "train")[7]
+    assert not np.array_equal(np.asarray(image), np.asarray(other))
+    plain = FashionMNISTClutter(items, "val", fragments=0, item_sizes=(28, 28), canvas_size=28)[7][0]
+    assert np.array_equal(np.asarray(plain), items.data[7].numpy())  # no clutter, full size: the item itself
+    assert len(canvases) == len(items) and canvases.targets is items.targets
+    with pytest.raises(DataError, match="item_sizes"):
+        FashionMNISTClutter(items, item_sizes=(16, 40))
+
+
+@pytest.mark.skipif(find_fashion_mnist(None) is None, reason="apt-get install dataset-fashion-mnist")
+def test_the_datamodule_serves_cluttered_canvases_at_the_models_size():
+
+
+    dm = ClassificationDataModule(source="fashion_mnist_clutter", max_samples=20, batch_size=10,
+                                  data_config={"input_size": (1, 36, 36), "mean": (0.1686,), "std": (0.3026,)})
+    images, labels = next(iter(dm.labeled_dataloader("train")))
+    assert images.shape == (10, 1, 36, 36) and dm.num_classes == 10 and labels.max() < 10
