@@ -17,7 +17,8 @@ is the ablation that cuts the pairs as given (the fixed schedule). Methods:
 - ``snapvit``: SnapViT's own recipe, ``configs/prune/snapvit.yaml``: SSL-Fisher scores and the paper's xNES
   (``SearchSettings.paper()``); ``ssl_fisher_snes``: the same scores with this project's SNES
   (``SearchSettings.snes()``); ``ssl_fisher``: the same scores, no search;
-- ``label_fisher`` (needs labels), ``snip_magnitude``, ``taylor`` (Torch-Pruning's group Taylor with the
+- ``label_fisher`` (needs labels; for a backbone without classifier, the cross-entropy of a linear probe fitted on the
+  pruning images' dense embeddings: ``with_probe_head``), ``snip_magnitude``, ``taylor`` (Torch-Pruning's group Taylor with the
   self-supervised loss), ``activation`` (Minitron / ModelOpt), ``wanda_sp``, ``flap``, ``lamp``, ``magnitude``,
   ``random``: the other scorers, with the coefficients ``prune.py`` gives a scorer without search, ranked
   globally across blocks (``importance.allocation: global``);
@@ -36,6 +37,7 @@ and plots of accuracy against parameters (``.png``) and FLOPs (``_flops.png``).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -54,6 +56,8 @@ from benchmarks.common import (  # noqa: E402
 )
 from snapvit_pl.data.base import balanced_subset_indices, dataset_targets  # noqa: E402
 from snapvit_pl.elastic import PAPER_PAIRS, Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
+from snapvit_pl.eval.features import extract_features  # noqa: E402
+from snapvit_pl.eval.linear_probe import linear_probe  # noqa: E402
 from snapvit_pl.eval.suite import EvalData  # noqa: E402
 from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
@@ -164,7 +168,11 @@ def method_scores(method: str, setup: PruneSetup, log: Progress, shared: dict[st
         scorer = config_scorer if name == config_scorer.name else build_scorer(name, **kwargs)
         dm = setup.datamodule
         dm.train_views = scoring_views(scorer)
-        shared[name] = local_importance(scorer, setup.model, dm.train_dataloader() if scorer.requires_data else [])
+        model = setup.model
+        if scorer.requires_labels and not getattr(model, "num_classes", 0):
+            model = with_probe_head(setup)  # a backbone without classifier: a linear probe stands in for it
+            info["head"] = "linear probe on the pruning images"
+        shared[name] = local_importance(scorer, model, dm.train_dataloader() if scorer.requires_data else [])
         info["scoring_s"] = time.perf_counter() - started
     local = shared[name].allocated(spec.allocation)
     if spec.allocation != "global":
@@ -190,6 +198,29 @@ def method_scores(method: str, setup: PruneSetup, log: Progress, shared: dict[st
     else:  # what prune.py does without a search: the search's initial coefficients
         scores.coefficients = initial_coefficients(len(local.heads), [len(h) for h in local.heads], *search.initial_range)
     return scores, info
+
+
+def with_probe_head(setup: PruneSetup) -> torch.nn.Module:
+    """A copy of a backbone without classifier, given one: a linear probe fitted on the dense embeddings of the pruning
+    images and their labels (the probe's standardisation folded into the weights), so that label Fisher has a
+    cross-entropy to differentiate. Its units and their scores are the backbone's: the head is not pruned."""
+    dm = setup.datamodule
+    features = extract_features(setup.model, dm.labeled_dataloader("train", batch_size=256), device="cpu")
+    result = linear_probe(features.embeddings, features.targets, features.embeddings, features.targets,
+                          num_classes=dm.num_classes)
+    model = copy.deepcopy(setup.model)
+    model.reset_classifier(dm.num_classes)
+    weight, bias = folded_probe(result.probe)
+    with torch.no_grad():
+        model.head.weight.copy_(weight)
+        model.head.bias.copy_(bias)
+    return model.eval()
+
+
+def folded_probe(probe: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weight, bias)`` of one linear layer equal to a :class:`LinearProbe` (standardisation, then linear)."""
+    weight = probe.linear.weight / probe.feature_std
+    return weight, probe.linear.bias - weight @ probe.feature_mean
 
 
 def fitness_images(setup: PruneSetup, shared: dict[str, Any]) -> torch.Tensor:

@@ -53,7 +53,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import MODELS, RESULTS, Progress, model_overrides, prune_setup  # noqa: E402
-from benchmarks.compare_methods import CachedEvaluation, Settings, evaluation_data  # noqa: E402
+from benchmarks.compare_methods import CachedEvaluation, Settings, evaluation_data, with_probe_head  # noqa: E402
 from benchmarks.research_custom import (  # noqa: E402
     CUSTOM as _RESEARCH, OLD_DEMO_SEARCH, POST as _POST, research_scorer,
 )
@@ -204,7 +204,10 @@ def local_scores(variant: Variant, setup, model_name: str, seed: int, cache: Pat
             scorer = research_scorer("random", seed=seed)
         dm = setup.datamodule
         dm.train_views = variant.views or scoring_views(scorer)
-        return local_importance(scorer, setup.model, dm.train_dataloader() if scorer.requires_data else [])
+        model = setup.model
+        if scorer.requires_labels and not getattr(model, "num_classes", 0):
+            model = with_probe_head(setup)  # a backbone without classifier (compare_methods does the same)
+        return local_importance(scorer, model, dm.train_dataloader() if scorer.requires_data else [])
 
     return cached(path, compute)
 

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -98,3 +99,15 @@ def test_a_model_without_a_classifier_is_judged_on_linear_probe_and_knn():
     entry["summary"] = aggregate(entry["rows"])
     checks = goal(data)["ours"]["checks"]
     assert {c["metric"] for c in checks} == {"linear_top1", "knn_top1"}
+
+
+def test_a_folded_probe_is_the_probe():
+    from benchmarks.compare_methods import folded_probe
+    from snapvit_pl.eval.linear_probe import LinearProbe
+
+    torch.manual_seed(0)
+    probe = LinearProbe(6, 3)
+    probe.set_feature_statistics(torch.randn(50, 6) * 3 + 1)
+    features = torch.randn(4, 6)
+    weight, bias = folded_probe(probe)
+    torch.testing.assert_close(features @ weight.T + bias, probe(features))
