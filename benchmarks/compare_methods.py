@@ -470,6 +470,7 @@ def markdown(report: dict[str, Any]) -> str:
                     lines.append(f"| ({pair}) | {pct(first['params'] / dense['params'], 0)}% | {flops} | "
                                  + " | ".join(text) + " |")
                 lines.append("")
+    lines += degradation_table(report)
     for method, result in report["goal"].items():
         checks, rival = result["checks"], result.get("rival", GOAL_RIVAL)
         lines += [f"## Goal: {method} at or above {rival}{' (both corrected)' if 'correction' in method else ''} at "
@@ -486,6 +487,36 @@ def markdown(report: dict[str, Any]) -> str:
                       for c in behind]
         lines.append("")
     return "\n".join(lines)
+
+
+def degradation(report: dict[str, Any]) -> dict[str, dict[str, dict[str, Optional[float]]]]:
+    """``{model: {pair: {metric: points lost}}}``: dense minus the default pipeline's mean, as cut (no correction)."""
+    out: dict[str, dict[str, dict[str, Optional[float]]]] = {}
+    for model_name, entry in report["models"].items():
+        cells = entry["summary"].get(DEFAULT_METHOD, {})
+        out[model_name] = {pair: {key: (100 * (entry["dense"][key] - cell[key]["mean"])
+                                        if entry["dense"].get(key) is not None and key in cell else None)
+                                  for key, _ in REPORTED} for pair, cell in cells.items()}
+    return out
+
+
+def degradation_table(report: dict[str, Any]) -> list[str]:
+    """How much each model loses under pruning with the default pipeline (what makes a development model informative:
+    one that hardly degrades cannot separate methods)."""
+    lost = degradation(report)
+    if not any(lost.values()):
+        return []
+    lines = [f"## What pruning costs each model ({DEFAULT_METHOD}, no correction)", "",
+             "Points of top-1 lost against the dense model, mean over the seeds (own head / linear probe / k-NN; "
+             "`-`: no own head).", "", "| model | " + " | ".join(
+                 f"{pct(c['params'] / e['dense']['params'], 0)}% params" for e in list(report["models"].values())[:1]
+                 for c in e["summary"].get(DEFAULT_METHOD, {}).values()) + " |",
+             "|---|" + "---:|" * len(next(iter(lost.values())))]
+    for model_name, pairs in lost.items():
+        cells = ["/".join("-" if v is None else f"{v + 0.0:.1f}".replace("-0.0", "0.0") for v in values.values())
+                 for values in pairs.values()]
+        lines.append(f"| {model_name} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _cell(cell: Optional[dict[str, Any]], seeds: int) -> str:

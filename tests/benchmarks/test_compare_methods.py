@@ -111,3 +111,14 @@ def test_a_folded_probe_is_the_probe():
     features = torch.randn(4, 6)
     weight, bias = folded_probe(probe)
     torch.testing.assert_close(features @ weight.T + bias, probe(features))
+
+
+def test_the_loss_under_pruning_is_dense_minus_the_default():
+    from benchmarks.compare_methods import degradation, degradation_table
+
+    data = report([0, 1], ["ours", "label_fisher"], dense=0.9)
+    lost = degradation(data)["reference"]
+    assert lost["0.65,0.50"]["head_top1"] == pytest.approx(100 * (0.9 - 0.81))  # ours: 0.8 + 0.005 + mean seed 0.005
+    assert lost["0.65,0.50"]["linear_top1"] == pytest.approx(10.0)
+    table = "\n".join(degradation_table(data))
+    assert "| reference | 9.0/10.0/10.0 | 9.0/10.0/10.0 |" in table
