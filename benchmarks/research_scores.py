@@ -52,12 +52,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import MODELS, RESULTS, Progress, model_overrides, prune_setup  # noqa: E402
+from benchmarks.common import MODELS, RESULTS, Progress, display, model_overrides, prune_setup  # noqa: E402
 from benchmarks.compare_methods import CachedEvaluation, Settings, evaluation_data, with_probe_head  # noqa: E402
 from benchmarks.research_custom import (  # noqa: E402
     CUSTOM as _RESEARCH, OLD_DEMO_SEARCH, POST as _POST, research_scorer,
 )
 from snapvit_pl.elastic import PAPER_PAIRS, Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
+from snapvit_pl.io import write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
 from snapvit_pl.pipeline import (  # noqa: E402
     Correction, CorrectionSettings, EvaluationSettings, choose_splits, extract_models, local_importance, run_search,
@@ -371,6 +372,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--summary", action="store_true", help="print the tables of --out and exit")
     parser.add_argument("--goal", default=None, help="VARIANT:RIVAL,RIVAL,...: where VARIANT's mean loses, then exit")
+    parser.add_argument("--selection", default=None, metavar="MARKDOWN",
+                        help="write the selection table of --variants over --models (from --out) to this file, then exit")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else (CACHE / "quick.jsonl" if args.quick else RESEARCH / "holdout.jsonl")
     variants = args.variants.split(",")
@@ -380,6 +383,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         return
     if args.summary:
         print(summary(out, variants if args.variants != ",".join(VARIANTS) else None, args.models.split(",")))
+        return
+    if args.selection:
+        text = selection_table(out, variants, args.models.split(","))
+        write_text_atomic(Path(args.selection), text)
+        print(text)
         return
     unknown = set(variants) - set(VARIANTS)
     if unknown:
@@ -399,6 +407,34 @@ def main(argv: Optional[list[str]] = None) -> None:
     run(models, seeds, variants, out, sizes["val_samples"], sizes["train_samples"], Progress(), Path(args.cache),
         overrides, sizes.get("search_evaluations"))
 
+
+
+def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
+    """The table the defaults are chosen from: per variant and model, the mean over seeds of the model's primary
+    metric (own head where there is one, else the linear probe) at 61 / 51 / 41% of the parameters, and the seeds."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault((r["model"], r["variant"]), []).append(r)
+    metric = {m: next((k for k in REPORTED if any(r["model"] == m and r["rows"][0].get(k) is not None for r in records)),
+                      None) for m in models}
+    shown = PAIRS[-3:]
+    lines = [f"Mean over seeds on held-out train images (`{display(path)}`), top-1 in % at "
+             + " / ".join(f"{tuple(p)}" for p in shown) + " (about 61 / 51 / 41% of the parameters kept), every variant "
+             "cut at the same parameter counts with its own fitness-chosen split; [n] seeds. Metric per model: "
+             + ", ".join(f"{m} {metric[m] or '-'}" for m in models) + ".", "",
+             "| variant | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    for name in variants:
+        cells = []
+        for m in models:
+            runs, key = by.get((m, name), []), metric[m]
+            if not runs or key is None:
+                cells.append("-")
+                continue
+            means = [statistics.fmean(100 * r["rows"][PAIRS.index(p)][key] for r in runs) for p in shown]
+            cells.append(" / ".join(f"{v:.2f}" for v in means) + f" [{len(runs)}]")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def goal_check(path: Path, ours: str, rivals: list[str]) -> str:

@@ -34,3 +34,20 @@ def test_research_scores_quick_writes_a_record_and_resumes(tmp_path, capsys):
     capsys.readouterr()
     main(["--summary", "--out", str(out)])
     assert "| sens_none_split [1] |" in capsys.readouterr().out
+
+
+def test_selection_table_means_over_seeds_on_each_models_primary_metric(tmp_path):
+    from benchmarks.research_scores import PAIRS, selection_table
+
+    def record(model, variant, seed, head):
+        rows = [{"pair": list(p), "head_top1": head, "linear_top1": 0.5, "knn_top1": 0.4} for p in PAIRS]
+        if model == "ssl":
+            for row in rows:
+                row["head_top1"] = None
+        return json.dumps({"model": model, "seed": seed, "variant": variant, "rows": rows})
+
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join([record("sup", "a", 0, 0.9), record("sup", "a", 1, 0.8), record("ssl", "a", 0, None)]))
+    table = selection_table(path, ["a", "b"], ["sup", "ssl"])
+    assert "| a | 85.00 / 85.00 / 85.00 [2] | 50.00 / 50.00 / 50.00 [1] |" in table  # ssl: no head, linear probe
+    assert "| b | - | - |" in table and "sup head_top1, ssl linear_top1" in table
