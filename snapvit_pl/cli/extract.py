@@ -35,7 +35,7 @@ def build_parser():
     parser.add_argument("--overwrite", type=bool, default=False, help="replace models already in out_dir")
     parser.add_argument("--progress", type=str, default="auto", help=f"{', '.join(MODES)}")
     for key, kind in (("model_name", Optional[str]), ("pretrained", Optional[bool]), ("checkpoint_path", Optional[str]),
-                      ("model_kwargs", Optional[dict[str, Any]])):
+                      ("model_kwargs", Optional[dict[str, Any]]), ("seed", Optional[int])):
         parser.add_argument(f"--model.{key}", type=kind, default=None,
                             help="overrides this field of the base model recorded in the scores")
     parser.add_class_arguments(ExportSettings, "export", skip={f.name for f in fields(ExportSettings)

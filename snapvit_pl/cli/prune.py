@@ -160,6 +160,8 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
             config = self.config
             if config.progress not in MODES:
                 raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {config.progress!r}")
+            if config.model.seed is None and not isinstance(config.seed_everything, bool):
+                config.model.seed = config.seed_everything  # random base weights: every later command rebuilds them
             if resume_dir is not None:
                 changed = changed_settings(self.parser, resume_dir / "config.yaml", config)
                 if changed:

@@ -39,6 +39,9 @@ class PruningModule(pl.LightningModule):
         pretrained: load timm's weights for ``model_name`` (hub or local cache).
         checkpoint_path: local weights file used instead of the hub weights.
         model_kwargs: ``timm.create_model`` overrides (``img_size``, ``num_classes``, ...).
+        seed: the seed of random weights (``pretrained: false`` without ``checkpoint_path``), recorded with the
+            base model so that ``extract``, ``evaluate`` and ``train`` rebuild the same weights; ``prune.py``
+            sets it to the run's ``seed_everything`` unless given.
     """
 
     def __init__(
@@ -47,11 +50,13 @@ class PruningModule(pl.LightningModule):
         pretrained: bool = True,
         checkpoint_path: Optional[str] = None,
         model_kwargs: Optional[dict[str, Any]] = None,
+        seed: Optional[int] = None,
     ):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
-        self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
+        self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}),
+                                 seed if pretrained is False and checkpoint_path is None else None)
         self.backbone = load_backbone(self.spec)
         self.backbone.requires_grad_(False)
         self.pipeline: Optional[Pipeline] = None

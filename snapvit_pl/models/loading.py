@@ -31,22 +31,36 @@ class BackboneSpec:
         model_kwargs: architecture overrides passed to ``timm.create_model``
             (e.g. ``img_size``, ``depth``, ``num_classes``); with ``pretrained=False`` and no
             checkpoint this gives a randomly initialised model, as the tests use.
+        seed: the seed random weights (``pretrained=False``, no checkpoint) are drawn from, so that the
+            spec rebuilds the very same model anywhere (``prune.py`` records its ``seed_everything``);
+            None: drawn from the global RNG as it stands.
     """
 
     model_name: str = "vit_small_patch16_224.dino"
     pretrained: bool = True
     checkpoint_path: Optional[str] = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: Optional[int] = None
+
+    @property
+    def random_weights(self) -> bool:
+        """Whether the weights are drawn at random (nothing to load)."""
+        return not self.pretrained and self.checkpoint_path is None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form; timm layer classes in ``model_kwargs`` become ``{"class_path": ...}``."""
-        return dict(asdict(self), model_kwargs={k: _encode(v) for k, v in self.model_kwargs.items()})
+        """JSON-ready form; timm layer classes in ``model_kwargs`` become ``{"class_path": ...}``; no ``seed`` key
+        when there is none."""
+        data = dict(asdict(self), model_kwargs={k: _encode(v) for k, v in self.model_kwargs.items()})
+        if data["seed"] is None:
+            del data["seed"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BackboneSpec":
         """Inverse of :meth:`to_dict`."""
         kwargs = {k: _decode(v) for k, v in (data.get("model_kwargs") or {}).items()}
-        return cls(data["model_name"], data.get("pretrained", False), data.get("checkpoint_path"), kwargs)
+        return cls(data["model_name"], data.get("pretrained", False), data.get("checkpoint_path"), kwargs,
+                   data.get("seed"))
 
     def architecture_only(self) -> "BackboneSpec":
         """The same architecture with no weights to fetch (weights come from elsewhere).
@@ -125,7 +139,12 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
             raise CheckpointError(f"checkpoint file not found: {path}; pass an existing weights file as checkpoint_path")
         kwargs["checkpoint_path"] = str(path)  # timm loads it strictly, classifier head included
     try:
-        model = timm.create_model(spec.model_name, pretrained=spec.pretrained and spec.checkpoint_path is None, **kwargs)
+        if spec.random_weights and spec.seed is not None:
+            with torch.random.fork_rng(devices=[]):  # the same weights for the same seed, the global RNG untouched
+                torch.manual_seed(spec.seed)
+                model = timm.create_model(spec.model_name, pretrained=False, **kwargs)
+        else:
+            model = timm.create_model(spec.model_name, pretrained=spec.pretrained and spec.checkpoint_path is None, **kwargs)
     except ImportError as err:
         raise ConfigError(f"{spec.model_name}: {err}; install what it names (pip install ...)") from err
     except TypeError as err:

@@ -115,3 +115,16 @@ def test_load_backbone_bad_inputs(tmp_path):
     (tmp_path / "garbage.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="could not load"):
         load_backbone(BackboneSpec("vit_small_patch16_224", False, str(tmp_path / "garbage.pth"), FAMILIES["dino_vit"].model_kwargs))
+
+
+def test_random_weights_are_a_function_of_the_recorded_seed():
+    """``pretrained: false`` with a seed: every command that rebuilds the spec (from its record) gets the same weights,
+    whatever the global RNG holds, and building it leaves the global RNG alone."""
+    spec = BackboneSpec("vit_small_patch16_224", False, None, FAMILIES["dino_vit"].model_kwargs, seed=3)
+    first = fingerprint(load_backbone(spec))
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    rebuilt = load_backbone(BackboneSpec.from_dict(json.loads(json.dumps(spec.to_dict()))))
+    assert fingerprint(rebuilt) == first and torch.equal(torch.get_rng_state(), state)
+    assert fingerprint(load_backbone(BackboneSpec(**{**vars(spec), "seed": 4}))) != first
+    assert "seed" not in FAMILIES["dino_vit"].to_dict()  # no seed: records as before
