@@ -13,7 +13,7 @@ _SECTIONS = ("checkpoint", "out", "overwrite", "opset", "batch_size", "check", "
 
 def build_parser():
     """The ``deploy`` command's parser."""
-    parser = command_parser("snapvit-pl deploy", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    parser = command_parser("snapvit-pl deploy", __doc__, _SECTIONS, EPILOG)
     parser.add_argument("--checkpoint", type=str, required=True,
                         help="pruned checkpoint directory (or hf-hub:org/name) written by prune.py / extract")
     parser.add_argument("--out", type=str, required=True, help="the .onnx file to write")

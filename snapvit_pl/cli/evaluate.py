@@ -30,7 +30,7 @@ def build_parser():
     from ..data import SegmentationDataModule, VisionDataModule
     from ..eval.suite import DEFAULT_METRICS, EvaluationSettings
 
-    parser = command_parser("snapvit-pl evaluate", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    parser = command_parser("snapvit-pl evaluate", __doc__, _SECTIONS, EPILOG)
     parser.add_argument("--checkpoint", type=Optional[str], default=None,
                         help="pruned checkpoint directory (or hf-hub:org/name) written by prune.py / extract")
     parser.add_argument("--model.model_name", type=Optional[str], default=None,

@@ -29,7 +29,7 @@ def build_parser():
     from ..pipeline.settings import ExportSettings
     from ..progress import MODES
 
-    parser = command_parser("snapvit-pl extract", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    parser = command_parser("snapvit-pl extract", __doc__, _SECTIONS, EPILOG)
     parser.add_argument("--scores", type=str, required=True, help="elastic_scores.safetensors written by prune.py")
     parser.add_argument("--out_dir", type=str, required=True, help="directory receiving one model per budget")
     parser.add_argument("--overwrite", type=bool, default=False, help="replace models already in out_dir")

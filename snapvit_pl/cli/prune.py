@@ -25,11 +25,15 @@ SAFE_RESUME_OVERRIDES = ("config", "verbose", "resume", "overwrite", "out_dir", 
 
 PRUNE_USAGE = ("python prune.py [--config FILE] [--GROUP.KEY VALUE ...] [--out_dir DIR] [--resume RUN_DIR] "
                "[--progress MODE] [--verbose true]")
+PRUNE_DESCRIPTION = ("Prune a pretrained ViT into an elastic family of sub-networks (SnapViT):\n"
+                     "local importance, coefficient search, pruned models at budgets, report.")
 PRUNE_EPILOG = """examples:
-  python prune.py                                            # the offline demo (configs/prune/demo.yaml)
+  python prune.py                                       # the offline demo (configs/prune/demo.yaml)
   python prune.py --config configs/prune/dino_vitb16.yaml --data.init_args.root /data/imagenet
+  python prune.py --config configs/prune/dino_vitb16.yaml --config configs/prune/quick.yaml
+                                                        # the same, in minutes on a CPU
   python prune.py --search.max_time 60 --export.budgets '[{sparsity: 0.5}, {flops: 0.4}]'
-  python prune.py --resume runs/prune/20261201-101500      # continue an interrupted run
+  python prune.py --resume runs/prune/20261201-101500   # continue an interrupted run
 Every option can also be set in a YAML file (--config; --print_config shows the resolved one).
 The Lightning Trainer's own options (--trainer.*) are listed last."""
 _OWN_GROUPS = ("importance", "search", "export", "correction", "evaluation", "report", "model", "data")
@@ -41,6 +45,23 @@ def settings_groups() -> dict[str, type]:
 
     hints = typing.get_type_hints(PipelineSettings)
     return {f.name: hints[f.name] for f in fields(PipelineSettings)}
+
+
+def check_before_imports(argv: list[str]) -> None:
+    """What ``argv`` (its configs and options) can be refused for before torch is imported: an unknown option, a
+    progress mode, a run directory that cannot be one, a missing weights file or data root (:mod:`.preflight`)."""
+    from .help import load_options
+    from .preflight import check_inputs, check_option_names, config_file_values, settings_in_effect, split_options
+
+    configs, options = split_options(argv)
+    keys = [key for key, _ in options] + [key for config in configs for key in config_file_values(config)]
+    check_option_names(keys, load_options()["options"], "python prune.py")
+    values = settings_in_effect(argv)
+    if values.get("progress", "auto") not in MODES:
+        raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {values['progress']!r}")
+    if values.get("out_dir"):
+        check_run_dir(Path(str(values["out_dir"])), bool(values.get("overwrite")))
+    check_inputs(values)
 
 
 def check_run_dir(out_dir: Path, overwrite: bool) -> None:
@@ -108,7 +129,23 @@ def changed_settings(parser: Any, saved_config: Path, given: Any) -> list[str]:
     return sorted(k for k in set(saved) | set(now) if not safe(k) and saved.get(k) != now.get(k))
 
 
-def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir: Optional[Path] = None):
+class _ParserBuilt(Exception):
+    def __init__(self, parser: Any):
+        super().__init__("parser built")
+        self.parser = parser
+
+
+def prune_parser() -> Any:
+    """``prune.py``'s parser as built (its options and the code's defaults), given nothing to parse: what the
+    full option list of ``--help`` is made from (:mod:`snapvit_pl.cli.help`)."""
+    try:
+        prune_cli([], build_only=True)
+    except _ParserBuilt as built:
+        return built.parser
+    raise RuntimeError("prune_cli(build_only=True) returned without its parser")
+
+
+def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bool = False):
     """``prune.py``'s LightningCLI, parsed and instantiated but not run.
 
     ``cli.model`` (the :class:`PruningModule`, its ``pipeline`` configured with the stage settings),
@@ -117,8 +154,8 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
 
     Args:
         argv: the command-line arguments.
-        help_defaults: a config whose values ``--help`` shows as the defaults.
         resume_dir: the interrupted run ``argv`` resumes (its saved settings may not change).
+        build_only: stop once the parser is built (:func:`prune_parser`).
     """
     from pytorch_lightning.cli import LightningCLI
 
@@ -156,6 +193,11 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
                 "trainer.enable_progress_bar": False,  # every stage reports through snapvit_pl.progress (--progress)
             })
 
+        def parse_arguments(self, parser, args) -> None:
+            if build_only:
+                raise _ParserBuilt(parser)
+            super().parse_arguments(parser, args)
+
         def before_instantiate_classes(self) -> None:
             config = self.config
             if config.progress not in MODES:
@@ -189,11 +231,9 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
     return PruneCLI(
         PruningModule, VisionDataModule, subclass_mode_data=True, run=False, args=argv, seed_everything_default=0,
         save_config_callback=None,
-        parser_kwargs={"description": "Prune a pretrained ViT into an elastic family of sub-networks (SnapViT):\n"
-                                      "local importance, coefficient search, pruned models at budgets, report.",
+        parser_kwargs={"description": PRUNE_DESCRIPTION,
                        "usage": PRUNE_USAGE, "epilog": PRUNE_EPILOG, "formatter_class": help_formatter(),
-                       "exit_on_error": False,
-                       **({"default_config_files": [str(help_defaults)]} if help_defaults else {})},
+                       "exit_on_error": False},
         trainer_defaults={}, auto_configure_optimizers=False,
     )
 
@@ -240,19 +280,22 @@ def _raise_interrupted(signum: int, frame: object) -> None:
 def prune_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``prune.py``; returns the exit status."""
     from ..io import DirectoryLock, write_text_atomic
-    from ..pipeline.resume import RESUME_FILE, has_progress, load_resume_state
 
     run: dict[str, Any] = {}
 
     def body(argv: list[str]) -> int:
         check_config_files(argv)
         argv, resume_dir = _resume_args(argv)
-        has_config = any(a in ("--config", "-c") or a.startswith("--config=") for a in argv)
-        if {"-h", "--help"} & set(argv):  # the help shows the values this command would run with
-            given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--config", "-c")), None)
-            prune_cli([a for a in argv if a not in ("--config", "-c", given)], Path(given or DEFAULT_PRUNE_CONFIG))
-        if not has_config:
+        if {"-h", "--help"} & set(argv):  # the values this command would run with, then every option; no torch
+            from .help import prune_help
+
+            print(prune_help(argv, DEFAULT_PRUNE_CONFIG, PRUNE_USAGE, PRUNE_DESCRIPTION, PRUNE_EPILOG))
+            return 0
+        if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv):
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
+        check_before_imports(argv)  # option names, paths: before torch is imported and any weights are loaded
+        from ..pipeline.resume import load_resume_state
+
         cli = prune_cli(argv, resume_dir=resume_dir)
         pipeline = cli.model.pipeline
         pipeline.check()  # budgets the keep ratios cannot reach, before anything is written
@@ -278,6 +321,8 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
                 run.pop("lock").release()
             if isinstance(err, SystemExit) and err.code in (0, None):
                 raise
+            from ..pipeline.resume import RESUME_FILE
+
             if (out_dir / RESUME_FILE).exists():
                 print(f"interrupted: progress is saved in {out_dir}; continue with: python prune.py --resume {out_dir}",
                       file=sys.stderr)
@@ -289,7 +334,10 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
     def cleanup() -> None:  # a run that failed on bad input leaves nothing behind
         if "lock" in run:
             run.pop("lock").release()
-        if run.get("created") and not has_progress(run["out_dir"]):
-            shutil.rmtree(run["out_dir"], ignore_errors=True)
+        if run.get("created"):
+            from ..pipeline.resume import has_progress
+
+            if not has_progress(run["out_dir"]):
+                shutil.rmtree(run["out_dir"], ignore_errors=True)
 
     return run_command(body, argv, "python prune.py", cleanup, batch_options=BATCH_OPTIONS)

@@ -10,7 +10,6 @@ import torch
 from snapvit_pl.cli import prune_cli, prune_main
 from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT
 from snapvit_pl.models import BackboneSpec, count_params, fingerprint, load_backbone, load_pruned
-from snapvit_pl.pipeline import SearchSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -98,23 +97,6 @@ def test_default_config_prunes_the_shipped_reference_model(tmp_path):
     reference, record = load_pruned(ROOT / "assets" / "reference_vit_fmnist")
     assert cli.model.pipeline.state.fingerprint == fingerprint(reference)
     assert record["heads"] == [6] * 6 and record["extra"]["metrics"]["val/accuracy"] > 0.85
-
-
-def test_help_leads_with_the_project_and_shows_what_prune_py_runs(capsys):
-    with pytest.raises(SystemExit):
-        prune_main(["--help"])
-    text = capsys.readouterr().out
-    assert text.startswith("usage: python prune.py") and "--resume" in text and "--verbose" in text
-    own, trainer = text.index("--search.max_evaluations"), text.index("--trainer.accelerator")
-    assert own < trainer and text.index("--out_dir") < own
-    # configs/prune/demo.yaml's values, not the class defaults (1000 images, 192 PCA components)
-    import yaml
-
-    demo = yaml.safe_load((ROOT / "configs" / "prune" / "demo.yaml").read_text())["search"]
-    for key in ("num_images", "pca_components"):
-        option = text[text.index(f"--search.{key}"):]
-        option = " ".join(option[:option.index("\n  --", 1)].split())  # this option's own help lines, unwrapped
-        assert f"default: {demo[key]})" in option and demo[key] != getattr(SearchSettings(), key)
 
 
 def test_out_of_memory_is_one_line_naming_the_batch_sizes_to_lower(tiny_prune_args, tmp_path, capsys, monkeypatch):
