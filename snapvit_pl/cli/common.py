@@ -48,6 +48,14 @@ class _NoAdvertisements(logging.Filter):
 
 logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertisements())
 
+
+def quiet_lightning() -> None:
+    """Silence Lightning's information lines (the devices found, "Seed set to", "`Trainer.fit` stopped: ...") for
+    a run that reports its own progress; its warnings and errors still show. Call after Lightning is imported
+    (its import sets its loggers' level)."""
+    for name in ("pytorch_lightning", "lightning_fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
 

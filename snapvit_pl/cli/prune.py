@@ -13,7 +13,8 @@ from typing import Any, Optional
 from ..errors import ConfigError
 from ..progress import MODES
 from .common import (
-    DEFAULT_PRUNE_CONFIG, check_config_files, check_output_dir, help_formatter, run_command, tensorboard_logger,
+    DEFAULT_PRUNE_CONFIG, check_config_files, check_output_dir, help_formatter, quiet_lightning, run_command,
+    tensorboard_logger,
 )
 
 RESULT_FILES = ("report.json", "elastic_scores.safetensors", "models")
@@ -165,6 +166,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
     from ..pipeline.settings import PipelineSettings
 
     groups = settings_groups()
+    quiet_lightning()  # a pruning run prints its own progress only
 
     class PruneCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:

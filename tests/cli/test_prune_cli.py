@@ -133,3 +133,14 @@ def test_extract_at_a_grid_budget_gives_the_model_prune_py_cuts_when_asked_for_i
     assert extracted.keys() == asked.keys() and all(torch.equal(extracted[k], asked[k]) for k in asked)
     record = json.loads((tmp_path / "two" / "report.json").read_text())
     assert [c["label"] for c in record["splits"] if c["requested"]] == ["flops0.7"]
+
+
+def test_a_pruning_run_prints_its_own_progress_only(tiny_prune_args, tmp_path):
+    """No Lightning banner (devices found, "Seed set to", "`Trainer.fit` stopped") among the run's progress lines."""
+    result = subprocess.run([sys.executable, str(ROOT / "prune.py"), *tiny_prune_args, "--progress=lines",
+                             "--search.max_evaluations=2", "--search.popsize=2", "--evaluation.metrics=[knn]"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith("[snapvit] ") for line in lines), result.stderr
+    assert {line.split(":")[0] for line in lines} >= {"[snapvit] importance", "[snapvit] search", "[snapvit] export"}
