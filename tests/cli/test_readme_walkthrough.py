@@ -35,5 +35,5 @@ def test_the_readme_walkthrough_runs_on_the_full_size_model(tmp_path):
     assert evaluation["model"]["checkpoint"].endswith("flops0.5") and 0 <= evaluation["knn_top1"] <= 1
     finetuned = tmp_path / "runs" / "finetune" / "dino-flops0.5" / "model"
     assert (finetuned / "model.safetensors").is_file()
-    assert (tmp_path / "dino_vitb16_flops0.5.onnx").stat().st_size > 10e6
+    assert (finetuned / "model.onnx").stat().st_size > 10e6  # beside the weights, not in the working directory
     assert "max abs diff" in record["commands"][-1]["stdout"]
