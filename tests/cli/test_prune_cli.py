@@ -34,6 +34,12 @@ def test_prune_end_to_end_writes_a_complete_run(tiny_prune_args, tmp_path):
     assert report["pruned"][1]["flops"] <= 0.6 * report["dense"]["flops"]
     assert (run / "report.md").read_text().startswith("# Pruning report")
     assert (run / "config.yaml").exists() and len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    drift = events.Scalars("importance/drift_per_head")  # what the default score measures, per batch
+    assert len(drift) == 3 and all(e.value > 0 for e in drift) and "search/best_fitness" in events.Tags()["scalars"]
     for name in ("accuracy_vs_params", "accuracy_vs_flops", "kept_units", "search_fitness"):
         assert (run / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
     umask = os.umask(0)
