@@ -97,7 +97,7 @@ def first_screen(argv: Sequence[str], default_config: Path, usage: str, descript
         lines.append(f"{heading}:")
         for key, metavar, text in options:
             if key == "seg_data":
-                value = values.get("seg_data.class_path", defaults.get(key))
+                value = values.get("seg_data.class_path", values.get("seg_data", defaults.get(key)))
             else:
                 value = values.get(key, defaults.get(key))
             shown = "" if key in ("config", "print_config") else _shown(value, 26)

@@ -37,7 +37,7 @@ PRUNE_EPILOG = """examples:
   python prune.py --resume runs/prune/20261201-101500   # continue an interrupted run
 Every option can also be set in a YAML file (--config; --print_config shows the resolved one).
 The Lightning Trainer's own options (--trainer.*) are listed last."""
-_OWN_GROUPS = ("importance", "search", "export", "correction", "evaluation", "report", "model", "data")
+_OWN_GROUPS = ("importance", "search", "export", "correction", "evaluation", "report", "model", "data", "seg_data")
 
 
 def settings_groups() -> dict[str, type]:
@@ -161,7 +161,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
     from pytorch_lightning.cli import LightningCLI
 
     from ..callbacks import STAGE_CALLBACKS
-    from ..data import VisionDataModule
+    from ..data import SegmentationDataModule, VisionDataModule
     from ..lightning.pruning_module import PruningModule
     from ..pipeline.settings import PipelineSettings
 
@@ -182,6 +182,10 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
                                 help="show the traceback of errors (or set SNAPVIT_VERBOSE=1)")
             for key, settings in groups.items():  # one group per stage (snapvit_pl.pipeline.PipelineSettings)
                 parser.add_class_arguments(settings, key)
+            parser.add_subclass_arguments(
+                SegmentationDataModule, "seg_data", required=False,
+                help="segmentation data of the seg metric (a linear probe's mIoU on each model's patch tokens), e.g. "
+                     "--seg_data SegmentationDataModule --seg_data.init_args.source fashion_mnist (offline canvases)")
             parser.link_arguments("model.model_name", "data.init_args.model_name")
             # --help: the project's options first, then its stage groups, the model and data; the trainer last
             own = [parser.groups[key] for key in _OWN_GROUPS if key in parser.groups]
@@ -226,7 +230,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
             trainer = build_trainer(super().instantiate_trainer, **kwargs)
             c = self.config_init
             settings = PipelineSettings(**{key: c[key] for key in groups})
-            self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=c.progress)
+            self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=c.progress, seg_data=c.get("seg_data"))
             trainer.callbacks[:0] = [callback() for callback in STAGE_CALLBACKS]  # in the pipeline's stage order
             return trainer
 

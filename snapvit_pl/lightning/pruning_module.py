@@ -62,9 +62,11 @@ class PruningModule(pl.LightningModule):
         self.pipeline: Optional[Pipeline] = None
 
     def configure_pipeline(self, settings: Optional[PipelineSettings] = None, run_dir: Optional[str | Path] = None,
-                           progress: ProgressMode | bool = "auto") -> Pipeline:
-        """The pipeline the stage callbacks drive (over this module's backbone); returns it."""
-        self.pipeline = Pipeline(self.backbone, settings, spec=self.spec, run_dir=run_dir, progress=progress)
+                           progress: ProgressMode | bool = "auto", seg_data: Any = None) -> Pipeline:
+        """The pipeline the stage callbacks drive (over this module's backbone; ``seg_data``: the segmentation
+        DataModule of the ``seg`` metric); returns it."""
+        self.pipeline = Pipeline(self.backbone, settings, spec=self.spec, seg_datamodule=seg_data, run_dir=run_dir,
+                                 progress=progress)
         return self.pipeline
 
     def setup(self, stage: str) -> None:

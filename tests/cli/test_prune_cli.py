@@ -150,3 +150,25 @@ def test_a_pruning_run_prints_its_own_progress_only(tiny_prune_args, tmp_path):
     lines = result.stderr.splitlines()
     assert lines and all(line.startswith("[snapvit] ") for line in lines), result.stderr
     assert {line.split(":")[0] for line in lines} >= {"[snapvit] importance", "[snapvit] search", "[snapvit] export"}
+
+
+def test_a_segmentation_datamodule_gives_the_miou_of_every_budget(tiny_prune_args, tmp_path, capsys):
+    """evaluation.metrics seg with the offline Fashion-MNIST canvases: mIoU per model in report.json, the tables
+    (console, report.md) and TensorBoard; without segmentation data, one error line before any work."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = [*tiny_prune_args, "--search.max_evaluations=0", "--evaluation.metrics=[knn, seg]", "--report.print_table=true",
+            "--evaluation.seg_train_samples=64", "--evaluation.seg_val_samples=32", "--evaluation.seg_epochs=2"]
+    assert prune_main(args) == 2  # no seg_data
+    assert capsys.readouterr().err.startswith("error: evaluation.metrics: 'seg' needs segmentation data")
+    assert prune_main([*args, "--seg_data", "SegmentationDataModule", "--seg_data.init_args.source", "fashion_mnist"]) == 0
+    run = tmp_path / "run"
+    report = json.loads((run / "report.json").read_text())
+    models = [report["dense"], *report["pruned"]]
+    assert len(models) == 3 and all(0 <= m["metrics"]["seg_miou"] <= 1 for m in models)
+    header = next(line for line in capsys.readouterr().out.splitlines() if "k-NN" in line)
+    assert "| seg |" in (run / "report.md").read_text() and header.split()[-1] == "seg"
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    logged = {(e.step, round(e.value, 6)) for e in events.Scalars("models/seg_miou_vs_params")}
+    assert logged == {(m["params"], round(m["metrics"]["seg_miou"], 6)) for m in models}
