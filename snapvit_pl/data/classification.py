@@ -58,7 +58,7 @@ class ClassificationDataModule(VisionDataModule):
             or the devkit's ``ILSVRC2012_validation_ground_truth.txt`` with ``meta.mat`` beside it); default:
             looked for in root, root/val and the devkit's data folder.
         batch_size: images per batch.
-        num_workers: DataLoader workers (persistent when > 0).
+        num_workers: DataLoader workers (persistent when > 0), at most the CPU cores this process may use.
         pin_memory: DataLoader pin_memory.
         seed: seed of subsets, splits, shuffling and worker seeds.
         max_samples: per split, a seeded class-balanced subset of this size (None: all).
