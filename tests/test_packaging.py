@@ -62,5 +62,6 @@ def test_installing_keeps_a_torch_the_user_already_has(tmp_path):
     result = _resolve(python, dependencies, tmp_path / "report.json")
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((tmp_path / "report.json").read_text())["install"] == []  # torch 2.15.0 and the rest kept
-    # the control: an exact pin of the tested torch is not met by the venv's 2.15.0 (it is the torch pip sees)
-    assert _resolve(python, ["torch==2.14.1"], tmp_path / "pinned.json").returncode != 0
+    # the control: pip sees the venv's torch 2.15.0 (an exact pin of it is met without installing anything)
+    assert _resolve(python, ["torch==2.15.0"], tmp_path / "pinned.json").returncode == 0
+    assert json.loads((tmp_path / "pinned.json").read_text())["install"] == []
