@@ -145,6 +145,24 @@ def _metavar(hint: Any) -> str:
     return "VALUE"
 
 
+def _kind(hint: Any) -> Any:
+    """What :func:`snapvit_pl.cli.preflight.check_option_values` checks of an option's value: ``"int"``,
+    ``"float"``, ``"bool"`` or a list of choices, with ``"?"`` appended (a string; a list gets ``None``) when
+    null is allowed; None for anything else (lists, mappings, classes, unions)."""
+    optional = False
+    if typing.get_origin(hint) is typing.Union:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) != 1:
+            return None
+        hint, optional = inner[0], True
+    if typing.get_origin(hint) is typing.Literal:
+        return [*typing.get_args(hint), *([None] if optional else [])]
+    for name, kind in (("bool", bool), ("int", int), ("float", float)):
+        if isinstance(hint, type) and issubclass(hint, kind):
+            return name + ("?" if optional else "")
+    return None
+
+
 def _entry(key: str, hint: Any, default: Any, help_text: str) -> list[str]:
     metavar = _metavar(hint)
     head = f"  --{key} {metavar if len(metavar) <= 24 else 'VALUE'}  (default: {_shown(default, 50)})"
@@ -179,6 +197,7 @@ def render_options(parser: Any) -> dict[str, Any]:
 
     lines: list[str] = []
     keys: list[str] = []
+    kinds: dict[str, Any] = {}
     for group in parser._action_groups:
         actions = [a for a in group._group_actions if type(a).__name__ not in _SKIPPED_ACTIONS]
         if not actions:
@@ -187,6 +206,9 @@ def render_options(parser: Any) -> dict[str, Any]:
         lines += ["", *textwrap.wrap(f"{title}:", WIDTH)]
         for action in actions:
             keys.append(action.dest)
+            kind = _kind(getattr(action, "_typehint", None))
+            if kind is not None and not action.dest.startswith("trainer."):
+                kinds[action.dest] = kind
             lines += _entry(action.dest, getattr(action, "_typehint", None), action.default, action.help)
             if action.dest == "importance.scorer":
                 lines += [f"    {OutputSensitivity.__name__}'s arguments (--importance.scorer.help CLASS: another's):"]
@@ -198,7 +220,8 @@ def render_options(parser: Any) -> dict[str, Any]:
     defaults = {a.dest: a.default for a in parser._actions}
     first = {key: _jsonable(defaults.get(key, data_defaults.get(key))) for key in FIRST_SCREEN_KEYS}
     first["seg_data"] = first.get("seg_data") or None
-    return {"generated_by": "python -m snapvit_pl.cli.options", "options": sorted(keys), "defaults": first,
+    return {"generated_by": "python -m snapvit_pl.cli.options", "options": sorted(keys), "kinds": kinds,
+            "defaults": first,
             "text": "\n".join(lines[1:]) + "\n"}
 
 

@@ -133,6 +133,27 @@ def check_option_names(keys: Iterable[str], known: Sequence[str], command: str) 
         raise ConfigError(f"--{key}: no such option; {hint}see {command} --help for the options")
 
 
+def check_option_values(values: dict[str, Any], kinds: dict[str, Any], command: str) -> None:
+    """Refuse a value of the wrong kind for a plain option (``kinds``: option -> ``"int"``, ``"float"``,
+    ``"bool"`` (``"?"``: or null) or a list of choices), as the command's parser would."""
+    for key, value in values.items():
+        kind = kinds.get(key)
+        if kind is None or (value is None and (isinstance(kind, list) or kind.endswith("?"))):
+            continue
+        if isinstance(value, str) and not isinstance(kind, list) and kind.rstrip("?") != "bool":
+            value = _value(value)  # YAML reads 1e-3 as a string; the parser as a number
+        if isinstance(kind, list):
+            ok, expected = value in kind, "one of " + ", ".join(str(c) for c in kind)
+        else:
+            name = kind.rstrip("?")
+            ok = isinstance(value, bool) if name == "bool" else (
+                isinstance(value, int) if name == "int" else isinstance(value, (int, float))) and \
+                (name == "bool" or not isinstance(value, bool))
+            expected = {"bool": "true or false", "int": "an integer", "float": "a number"}[name]
+        if not ok:
+            raise ConfigError(f"--{key}: expected {expected}, got {value!r}; see {command} --help for the options")
+
+
 def check_inputs(values: dict[str, Any]) -> None:
     """Refuse a missing weights file (``model.checkpoint_path``) and a missing image-folder root (``data`` with
     ``source: folder``): the paths a run reads first, checked before any weights are loaded.

@@ -1,6 +1,7 @@
 """``prune.py`` / ``snapvit-pl prune``: LightningCLI over a :class:`PruningModule` and the stage callbacks."""
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
@@ -50,14 +51,19 @@ def settings_groups() -> dict[str, type]:
 
 def check_before_imports(argv: list[str]) -> None:
     """What ``argv`` (its configs and options) can be refused for before torch is imported: an unknown option, a
-    progress mode, a run directory that cannot be one, a missing weights file or data root (:mod:`.preflight`)."""
+    value of the wrong kind, a progress mode, a run directory that cannot be one, a missing weights file or data
+    root (:mod:`.preflight`)."""
     from .help import load_options
-    from .preflight import check_inputs, check_option_names, config_file_values, settings_in_effect, split_options
+    from .preflight import (
+        check_inputs, check_option_names, check_option_values, config_file_values, settings_in_effect, split_options,
+    )
 
     configs, options = split_options(argv)
     keys = [key for key, _ in options] + [key for config in configs for key in config_file_values(config)]
-    check_option_names(keys, load_options()["options"], "python prune.py")
+    known = load_options()
+    check_option_names(keys, known["options"], "python prune.py")
     values = settings_in_effect(argv)
+    check_option_values(values, known["kinds"], "python prune.py")
     if values.get("progress", "auto") not in MODES:
         raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {values['progress']!r}")
     if values.get("out_dir"):
@@ -295,7 +301,10 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         if {"-h", "--help"} & set(argv):  # the values this command would run with, then every option; no torch
             from .help import prune_help
 
-            print(prune_help(argv, DEFAULT_PRUNE_CONFIG, PRUNE_USAGE, PRUNE_DESCRIPTION, PRUNE_EPILOG))
+            try:
+                print(prune_help(argv, DEFAULT_PRUNE_CONFIG, PRUNE_USAGE, PRUNE_DESCRIPTION, PRUNE_EPILOG), flush=True)
+            except BrokenPipeError:  # `| head`: the reader has what it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv):
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv

@@ -59,3 +59,16 @@ def test_settings_compose_like_the_parser():
     assert values["data.init_args.root"] == "/x" and values["progress"] == "off"  # a word stays a string
     assert values["model.model_kwargs.depth"] == 2 and "model.model_kwargs.num_classes" not in values
     assert values["search.num_images"] == 1000
+
+
+def test_values_of_the_wrong_kind_are_refused_before_torch(tmp_path):
+    result, _ = _prune(["--search.max_evaluations=abc"], tmp_path)
+    assert result.stdout.split() == ["2", "False"], result.stderr[-2000:]
+    assert result.stderr.startswith("error: --search.max_evaluations: expected an integer, got 'abc'")
+    kinds = load_options()["kinds"]
+    from snapvit_pl.cli.preflight import check_option_values
+
+    check_option_values({"search.sigma": "1e-3", "search.max_time": None, "search.sigma2": "x",  # as the parser reads
+                         "export.split": "schedule", "correction.enabled": False}, kinds, "python prune.py")
+    with pytest.raises(Exception, match="export.split: expected one of fitness, schedule"):
+        check_option_values({"export.split": "fitnes"}, kinds, "python prune.py")
