@@ -45,6 +45,9 @@ SHRINK = {
     "deploy": [],
 }
 WNIDS = ("n01440764", "n01443537")
+#: ``random_weights``: what the prune command also gets (no weights to load: random ones from the run's seed, which
+#: every later command rebuilds from the record); two of the twelve blocks keep the test short.
+RANDOM_WEIGHTS = ["--model.pretrained=false", "--model.model_kwargs.depth=2"]
 
 
 def readme_commands(readme: Path = README) -> list[list[str]]:
@@ -101,15 +104,22 @@ def offline_hub(home: Path) -> dict[str, str]:
     return {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
 
 
-def run_walkthrough(workdir: Path, threads: Optional[int] = 1, log: Any = print) -> dict[str, Any]:
+def run_walkthrough(workdir: Path, threads: Optional[int] = 1, log: Any = print,
+                    random_weights: bool = False) -> dict[str, Any]:
     """Run the README's walkthrough in ``workdir`` (its ``runs/`` and outputs land there); returns what it measured.
+
+    Args:
+        random_weights: prune ``--model.pretrained false`` (:data:`RANDOM_WEIGHTS`) with an empty Hugging Face
+            cache and ``HF_HUB_OFFLINE=1``, instead of the full-size weights from a laid-out offline cache.
 
     Raises:
         RuntimeError: a command failed (its status and the end of its error output).
     """
     workdir = Path(workdir)
     data = stand_in_imagenet(workdir / "imagenet")
-    env = {**os.environ, **offline_hub(workdir / "hf_home"), "PYTHONUNBUFFERED": "1"}
+    hub = {"HF_HOME": str(workdir / "hf_home"), "HF_HUB_OFFLINE": "1"} if random_weights else \
+        offline_hub(workdir / "hf_home")
+    env = {**os.environ, **hub, "PYTHONUNBUFFERED": "1"}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -118,7 +128,7 @@ def run_walkthrough(workdir: Path, threads: Optional[int] = 1, log: Any = print)
         argv = [str(data) if a == DATA else a for a in argv]
         argv = [str(ROOT / a) if a.startswith("configs/") else a for a in argv]  # the checkout's configs
         command = argv[1] if argv[0] == "snapvit-pl" else Path(argv[0]).stem
-        full = argv + SHRINK[command]
+        full = argv + SHRINK[command] + (RANDOM_WEIGHTS if random_weights and command == "prune" else [])
         started = time.perf_counter()
         result = subprocess.run(full, cwd=workdir, env=env, capture_output=True, text=True, timeout=1800)
         seconds = time.perf_counter() - started

@@ -24,9 +24,8 @@ class ImportanceCallback(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: PruningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        loss = pl_module.pipeline.importance_step(batch).get("loss")
-        if loss is not None:
-            pl_module.log("importance/loss", loss, on_step=True, on_epoch=False)
+        for key, value in pl_module.pipeline.importance_step(batch).items():  # the scorer's loss, or what it measures
+            pl_module.log(f"importance/{key}", value, on_step=True, on_epoch=False)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         pl_module.pipeline.finish_importance()

@@ -2,11 +2,20 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Literal, Union
 
 import torch
 
 Precision = Literal["auto", "bf16", "32"]
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity, e.g. a SLURM allocation; else the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1
 
 
 def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:

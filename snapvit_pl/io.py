@@ -1,4 +1,5 @@
-"""Atomic file output: every artifact is written to a temporary name, then renamed into place."""
+"""Files: every artifact is written to a temporary name, then renamed into place (atomic output); user paths are
+resolved against the snapvit-pl checkout too (the shipped assets)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,31 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from .errors import CheckpointError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_path(path: str | os.PathLike) -> Path:
+    """A user path; a relative one missing from the working directory is looked up in the
+    snapvit-pl checkout too, so the shipped assets (``assets/...``) work from anywhere."""
+    path = Path(path).expanduser()
+    if not path.is_absolute() and not path.exists() and (PROJECT_ROOT / path).exists():
+        return PROJECT_ROOT / path
+    return path
+
+
+def weights_file(path: str | os.PathLike) -> Path:
+    """The existing weights file ``path`` names (:func:`resolve_path`).
+
+    Raises:
+        CheckpointError: there is no such file.
+    """
+    resolved = resolve_path(path)
+    if not resolved.is_file():
+        raise CheckpointError(f"checkpoint file not found: {resolved}; pass an existing weights file as checkpoint_path")
+    return resolved
 
 
 @contextmanager

@@ -48,6 +48,14 @@ class _NoAdvertisements(logging.Filter):
 
 logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertisements())
 
+
+def quiet_lightning() -> None:
+    """Silence Lightning's information lines (the devices found, "Seed set to", "`Trainer.fit` stopped: ...") for
+    a run that reports its own progress; its warnings and errors still show. Call after Lightning is imported
+    (its import sets its loggers' level)."""
+    for name in ("pytorch_lightning", "lightning_fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
 
@@ -178,12 +186,22 @@ def config_action(sections: Iterable[str]):
     return ConfigFile
 
 
-def command_parser(prog: str, description: str, sections: Iterable[str], epilog: Optional[str] = None):
+def describe(doc: str, width: int = 100) -> str:
+    """A command module's docstring as its help's description: whole paragraphs, each filled to ``width``
+    columns, without the ``literal`` markup."""
+    import textwrap
+
+    paragraphs = [" ".join(p.replace("``", "").split()) for p in doc.strip().split("\n\n")]
+    return "\n\n".join(textwrap.fill(p, width, break_on_hyphens=False) for p in paragraphs if p)
+
+
+def command_parser(prog: str, doc: str, sections: Iterable[str], epilog: Optional[str] = None):
     """A jsonargparse parser in the project's dialect: ``--config`` (any command's YAML), ``--print_config``,
-    ``--verbose``; add the command's own groups, named as in ``prune.py``."""
+    ``--verbose``; add the command's own groups, named as in ``prune.py``. ``doc``: the command module's docstring
+    (the help's description)."""
     from jsonargparse import ArgumentParser
 
-    parser = ArgumentParser(prog=prog, description=description, epilog=epilog, exit_on_error=False,
+    parser = ArgumentParser(prog=prog, description=describe(doc), epilog=epilog, exit_on_error=False,
                             formatter_class=help_formatter())
     parser.add_argument("--config", action=config_action(sections), help="a YAML of these options (or a config of "
                         "another snapvit-pl command: the sections this one does not use are left out)")

@@ -1,22 +1,29 @@
 """``snapvit-pl deploy`` / ``python -m snapvit_pl.deploy``: a pruned checkpoint to ONNX, optionally checked against
-PyTorch and timed with ONNX Runtime (needs the ``deploy`` extra: onnx, onnxruntime)."""
+PyTorch and timed with ONNX Runtime (needs the ``deploy`` extra: onnx, onnxruntime).
+
+The ONNX file goes into the checkpoint's directory (``model.onnx``) unless ``--out`` names another."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 from .common import check_output_file, command_parser, run_command
 
 EPILOG = """examples:
-  snapvit-pl deploy --checkpoint runs/prune/X/models/flops0.5 --out flops0.5.onnx --check true --benchmark true"""
+  snapvit-pl deploy --checkpoint runs/prune/X/models/flops0.5 --check true --benchmark true   # .../flops0.5/model.onnx
+  snapvit-pl deploy --checkpoint runs/prune/X/models/flops0.5 --out flops0.5.onnx"""
+#: The ONNX file's name in the checkpoint's directory when no --out is given.
+DEFAULT_NAME = "model.onnx"
 _SECTIONS = ("checkpoint", "out", "overwrite", "opset", "batch_size", "check", "benchmark", "verbose")
 
 
 def build_parser():
     """The ``deploy`` command's parser."""
-    parser = command_parser("snapvit-pl deploy", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    parser = command_parser("snapvit-pl deploy", __doc__, _SECTIONS, EPILOG)
     parser.add_argument("--checkpoint", type=str, required=True,
                         help="pruned checkpoint directory (or hf-hub:org/name) written by prune.py / extract")
-    parser.add_argument("--out", type=str, required=True, help="the .onnx file to write")
+    parser.add_argument("--out", type=Optional[str], default=None,
+                        help=f"the .onnx file to write (default: {DEFAULT_NAME} in the checkpoint's directory)")
     parser.add_argument("--overwrite", type=bool, default=True, help="replace an existing --out file")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset version")
     parser.add_argument("--batch_size", type=int, default=8, help="batch size of --check and --benchmark")
@@ -37,6 +44,11 @@ def _deploy(argv: list[str]) -> int:
     from ..models import input_shape, load_pruned
 
     args = build_parser().parse_args(argv)
+    if args.out is None:
+        if args.checkpoint.startswith("hf-hub:"):
+            raise ConfigError(f"--checkpoint {args.checkpoint} has no local directory to write the ONNX file into; "
+                              "give --out FILE.onnx")
+        args.out = str(Path(args.checkpoint) / DEFAULT_NAME)
     check_output_file(args.out, "--out", args.overwrite)
     try:
         from ..deploy.onnx import check_onnx, export_onnx, onnx_throughput

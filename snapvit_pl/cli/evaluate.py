@@ -30,7 +30,7 @@ def build_parser():
     from ..data import SegmentationDataModule, VisionDataModule
     from ..eval.suite import DEFAULT_METRICS, EvaluationSettings
 
-    parser = command_parser("snapvit-pl evaluate", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    parser = command_parser("snapvit-pl evaluate", __doc__, _SECTIONS, EPILOG)
     parser.add_argument("--checkpoint", type=Optional[str], default=None,
                         help="pruned checkpoint directory (or hf-hub:org/name) written by prune.py / extract")
     parser.add_argument("--model.model_name", type=Optional[str], default=None,
@@ -40,6 +40,8 @@ def build_parser():
                         help="a local weights file of the dense model")
     parser.add_argument("--model.model_kwargs", type=Optional[dict[str, Any]], default=None,
                         help="timm.create_model arguments of the dense model")
+    parser.add_argument("--model.seed", type=Optional[int], default=None,
+                        help="the seed of its random weights (pretrained false; a prune.py run records it)")
     parser.add_subclass_arguments(VisionDataModule, "data", help="labeled data (k-NN memory, probe, scored split)")
     parser.add_subclass_arguments(SegmentationDataModule, "seg_data", required=False,
                                   help="segmentation data of the seg metric")
@@ -82,7 +84,7 @@ def _evaluate(argv: list[str]) -> int:
                                      "heads": record["heads"], "mlp_hidden": record["mlp_hidden"]}
     elif args.model.model_name:
         spec = BackboneSpec(args.model.model_name, args.model.pretrained, args.model.checkpoint_path,
-                            dict(args.model.model_kwargs or {}))
+                            dict(args.model.model_kwargs or {}), args.model.seed)
         model, described = load_backbone(spec), {"dense": spec.to_dict()}
     else:
         raise ConfigError("give the model: --checkpoint DIR (a pruned checkpoint) or --model.model_name NAME "

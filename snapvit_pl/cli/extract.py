@@ -29,13 +29,13 @@ def build_parser():
     from ..pipeline.settings import ExportSettings
     from ..progress import MODES
 
-    parser = command_parser("snapvit-pl extract", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    parser = command_parser("snapvit-pl extract", __doc__, _SECTIONS, EPILOG)
     parser.add_argument("--scores", type=str, required=True, help="elastic_scores.safetensors written by prune.py")
     parser.add_argument("--out_dir", type=str, required=True, help="directory receiving one model per budget")
     parser.add_argument("--overwrite", type=bool, default=False, help="replace models already in out_dir")
     parser.add_argument("--progress", type=str, default="auto", help=f"{', '.join(MODES)}")
     for key, kind in (("model_name", Optional[str]), ("pretrained", Optional[bool]), ("checkpoint_path", Optional[str]),
-                      ("model_kwargs", Optional[dict[str, Any]])):
+                      ("model_kwargs", Optional[dict[str, Any]]), ("seed", Optional[int])):
         parser.add_argument(f"--model.{key}", type=kind, default=None,
                             help="overrides this field of the base model recorded in the scores")
     parser.add_class_arguments(ExportSettings, "export", skip={f.name for f in fields(ExportSettings)

@@ -16,7 +16,7 @@ def build_parser():
     """The ``hub`` command's parser (subcommands ``push`` and ``card``)."""
     from jsonargparse import ArgumentParser
 
-    parser = command_parser("snapvit-pl hub", __doc__.splitlines()[0], _SECTIONS, EPILOG)
+    parser = command_parser("snapvit-pl hub", __doc__, _SECTIONS, EPILOG)
     commands = parser.add_subcommands(dest="command")
     for name, help_text in (("push", "upload a pruned checkpoint with a generated model card"),
                             ("card", "print the model card push would upload (no network)")):

@@ -1,6 +1,7 @@
 """``prune.py`` / ``snapvit-pl prune``: LightningCLI over a :class:`PruningModule` and the stage callbacks."""
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
@@ -13,7 +14,8 @@ from typing import Any, Optional
 from ..errors import ConfigError
 from ..progress import MODES
 from .common import (
-    DEFAULT_PRUNE_CONFIG, check_config_files, check_output_dir, help_formatter, run_command, tensorboard_logger,
+    DEFAULT_PRUNE_CONFIG, check_config_files, check_output_dir, help_formatter, quiet_lightning, run_command,
+    tensorboard_logger,
 )
 
 RESULT_FILES = ("report.json", "elastic_scores.safetensors", "models")
@@ -25,14 +27,18 @@ SAFE_RESUME_OVERRIDES = ("config", "verbose", "resume", "overwrite", "out_dir", 
 
 PRUNE_USAGE = ("python prune.py [--config FILE] [--GROUP.KEY VALUE ...] [--out_dir DIR] [--resume RUN_DIR] "
                "[--progress MODE] [--verbose true]")
+PRUNE_DESCRIPTION = ("Prune a pretrained ViT into an elastic family of sub-networks (SnapViT):\n"
+                     "local importance, coefficient search, pruned models at budgets, report.")
 PRUNE_EPILOG = """examples:
-  python prune.py                                            # the offline demo (configs/prune/demo.yaml)
+  python prune.py                                       # the offline demo (configs/prune/demo.yaml)
   python prune.py --config configs/prune/dino_vitb16.yaml --data.init_args.root /data/imagenet
+  python prune.py --config configs/prune/dino_vitb16.yaml --config configs/prune/quick.yaml
+                                                        # the same, in minutes on a CPU
   python prune.py --search.max_time 60 --export.budgets '[{sparsity: 0.5}, {flops: 0.4}]'
-  python prune.py --resume runs/prune/20261201-101500      # continue an interrupted run
+  python prune.py --resume runs/prune/20261201-101500   # continue an interrupted run
 Every option can also be set in a YAML file (--config; --print_config shows the resolved one).
 The Lightning Trainer's own options (--trainer.*) are listed last."""
-_OWN_GROUPS = ("importance", "search", "export", "correction", "evaluation", "report", "model", "data")
+_OWN_GROUPS = ("importance", "search", "export", "correction", "evaluation", "report", "model", "data", "seg_data")
 
 
 def settings_groups() -> dict[str, type]:
@@ -41,6 +47,28 @@ def settings_groups() -> dict[str, type]:
 
     hints = typing.get_type_hints(PipelineSettings)
     return {f.name: hints[f.name] for f in fields(PipelineSettings)}
+
+
+def check_before_imports(argv: list[str]) -> None:
+    """What ``argv`` (its configs and options) can be refused for before torch is imported: an unknown option, a
+    value of the wrong kind, a progress mode, a run directory that cannot be one, a missing weights file or data
+    root (:mod:`.preflight`)."""
+    from .help import load_options
+    from .preflight import (
+        check_inputs, check_option_names, check_option_values, config_file_values, settings_in_effect, split_options,
+    )
+
+    configs, options = split_options(argv)
+    keys = [key for key, _ in options] + [key for config in configs for key in config_file_values(config)]
+    known = load_options()
+    check_option_names(keys, known["options"], "python prune.py")
+    values = settings_in_effect(argv)
+    check_option_values(values, known["kinds"], "python prune.py")
+    if values.get("progress", "auto") not in MODES:
+        raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {values['progress']!r}")
+    if values.get("out_dir"):
+        check_run_dir(Path(str(values["out_dir"])), bool(values.get("overwrite")))
+    check_inputs(values)
 
 
 def check_run_dir(out_dir: Path, overwrite: bool) -> None:
@@ -108,7 +136,23 @@ def changed_settings(parser: Any, saved_config: Path, given: Any) -> list[str]:
     return sorted(k for k in set(saved) | set(now) if not safe(k) and saved.get(k) != now.get(k))
 
 
-def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir: Optional[Path] = None):
+class _ParserBuilt(Exception):
+    def __init__(self, parser: Any):
+        super().__init__("parser built")
+        self.parser = parser
+
+
+def prune_parser() -> Any:
+    """``prune.py``'s parser as built (its options and the code's defaults), given nothing to parse: what the
+    full option list of ``--help`` is made from (:mod:`snapvit_pl.cli.help`)."""
+    try:
+        prune_cli([], build_only=True)
+    except _ParserBuilt as built:
+        return built.parser
+    raise RuntimeError("prune_cli(build_only=True) returned without its parser")
+
+
+def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bool = False):
     """``prune.py``'s LightningCLI, parsed and instantiated but not run.
 
     ``cli.model`` (the :class:`PruningModule`, its ``pipeline`` configured with the stage settings),
@@ -117,17 +161,18 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
 
     Args:
         argv: the command-line arguments.
-        help_defaults: a config whose values ``--help`` shows as the defaults.
         resume_dir: the interrupted run ``argv`` resumes (its saved settings may not change).
+        build_only: stop once the parser is built (:func:`prune_parser`).
     """
     from pytorch_lightning.cli import LightningCLI
 
     from ..callbacks import STAGE_CALLBACKS
-    from ..data import VisionDataModule
+    from ..data import SegmentationDataModule, VisionDataModule
     from ..lightning.pruning_module import PruningModule
     from ..pipeline.settings import PipelineSettings
 
     groups = settings_groups()
+    quiet_lightning()  # a pruning run prints its own progress only
 
     class PruneCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
@@ -143,6 +188,10 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
                                 help="show the traceback of errors (or set SNAPVIT_VERBOSE=1)")
             for key, settings in groups.items():  # one group per stage (snapvit_pl.pipeline.PipelineSettings)
                 parser.add_class_arguments(settings, key)
+            parser.add_subclass_arguments(
+                SegmentationDataModule, "seg_data", required=False,
+                help="segmentation data of the seg metric (a linear probe's mIoU on each model's patch tokens), e.g. "
+                     "--seg_data SegmentationDataModule --seg_data.init_args.source fashion_mnist (offline canvases)")
             parser.link_arguments("model.model_name", "data.init_args.model_name")
             # --help: the project's options first, then its stage groups, the model and data; the trainer last
             own = [parser.groups[key] for key in _OWN_GROUPS if key in parser.groups]
@@ -156,10 +205,17 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
                 "trainer.enable_progress_bar": False,  # every stage reports through snapvit_pl.progress (--progress)
             })
 
+        def parse_arguments(self, parser, args) -> None:
+            if build_only:
+                raise _ParserBuilt(parser)
+            super().parse_arguments(parser, args)
+
         def before_instantiate_classes(self) -> None:
             config = self.config
             if config.progress not in MODES:
                 raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {config.progress!r}")
+            if config.model.seed is None and not isinstance(config.seed_everything, bool):
+                config.model.seed = config.seed_everything  # random base weights: every later command rebuilds them
             if resume_dir is not None:
                 changed = changed_settings(self.parser, resume_dir / "config.yaml", config)
                 if changed:
@@ -180,18 +236,16 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
             trainer = build_trainer(super().instantiate_trainer, **kwargs)
             c = self.config_init
             settings = PipelineSettings(**{key: c[key] for key in groups})
-            self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=c.progress)
+            self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=c.progress, seg_data=c.get("seg_data"))
             trainer.callbacks[:0] = [callback() for callback in STAGE_CALLBACKS]  # in the pipeline's stage order
             return trainer
 
     return PruneCLI(
         PruningModule, VisionDataModule, subclass_mode_data=True, run=False, args=argv, seed_everything_default=0,
         save_config_callback=None,
-        parser_kwargs={"description": "Prune a pretrained ViT into an elastic family of sub-networks (SnapViT):\n"
-                                      "local importance, coefficient search, pruned models at budgets, report.",
+        parser_kwargs={"description": PRUNE_DESCRIPTION,
                        "usage": PRUNE_USAGE, "epilog": PRUNE_EPILOG, "formatter_class": help_formatter(),
-                       "exit_on_error": False,
-                       **({"default_config_files": [str(help_defaults)]} if help_defaults else {})},
+                       "exit_on_error": False},
         trainer_defaults={}, auto_configure_optimizers=False,
     )
 
@@ -238,19 +292,25 @@ def _raise_interrupted(signum: int, frame: object) -> None:
 def prune_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``prune.py``; returns the exit status."""
     from ..io import DirectoryLock, write_text_atomic
-    from ..pipeline.resume import RESUME_FILE, has_progress, load_resume_state
 
     run: dict[str, Any] = {}
 
     def body(argv: list[str]) -> int:
         check_config_files(argv)
         argv, resume_dir = _resume_args(argv)
-        has_config = any(a in ("--config", "-c") or a.startswith("--config=") for a in argv)
-        if {"-h", "--help"} & set(argv):  # the help shows the values this command would run with
-            given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--config", "-c")), None)
-            prune_cli([a for a in argv if a not in ("--config", "-c", given)], Path(given or DEFAULT_PRUNE_CONFIG))
-        if not has_config:
+        if {"-h", "--help"} & set(argv):  # the values this command would run with, then every option; no torch
+            from .help import prune_help
+
+            try:
+                print(prune_help(argv, DEFAULT_PRUNE_CONFIG, PRUNE_USAGE, PRUNE_DESCRIPTION, PRUNE_EPILOG), flush=True)
+            except BrokenPipeError:  # `| head`: the reader has what it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv):
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
+        check_before_imports(argv)  # option names, paths: before torch is imported and any weights are loaded
+        from ..pipeline.resume import load_resume_state
+
         cli = prune_cli(argv, resume_dir=resume_dir)
         pipeline = cli.model.pipeline
         pipeline.check()  # budgets the keep ratios cannot reach, before anything is written
@@ -276,6 +336,8 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
                 run.pop("lock").release()
             if isinstance(err, SystemExit) and err.code in (0, None):
                 raise
+            from ..pipeline.resume import RESUME_FILE
+
             if (out_dir / RESUME_FILE).exists():
                 print(f"interrupted: progress is saved in {out_dir}; continue with: python prune.py --resume {out_dir}",
                       file=sys.stderr)
@@ -287,7 +349,10 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
     def cleanup() -> None:  # a run that failed on bad input leaves nothing behind
         if "lock" in run:
             run.pop("lock").release()
-        if run.get("created") and not has_progress(run["out_dir"]):
-            shutil.rmtree(run["out_dir"], ignore_errors=True)
+        if run.get("created"):
+            from ..pipeline.resume import has_progress
+
+            if not has_progress(run["out_dir"]):
+                shutil.rmtree(run["out_dir"], ignore_errors=True)
 
     return run_command(body, argv, "python prune.py", cleanup, batch_options=BATCH_OPTIONS)

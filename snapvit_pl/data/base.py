@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 from .transforms import (
     GLOBAL_CROP_SCALE, LOCAL_CROP_SCALE, N_GLOBAL_VIEWS, N_LOCAL_VIEWS, MultiCropTransform, resolve_input_config,
 )
+from ..device import cpu_cores
 from ..errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -442,9 +443,10 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         if shuffle:
             per_sample_seeds = isinstance(dataset, MappedDataset) and dataset.seed is not None
             sampler = EpochSeededSampler(len(dataset), self.seed, with_epoch=per_sample_seeds)
+        workers = min(self.num_workers, cpu_cores())  # a config's 8 workers on a 2-core laptop: 2
         return DeferredDataLoader(
-            dataset, batch_size=batch_size or self.batch_size, sampler=sampler, num_workers=self.num_workers,
-            pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0,
+            dataset, batch_size=batch_size or self.batch_size, sampler=sampler, num_workers=workers,
+            pin_memory=self.pin_memory, persistent_workers=workers > 0,
             generator=torch.Generator().manual_seed(self.seed),  # worker base seeds: not drawn from the global RNG
         )
 

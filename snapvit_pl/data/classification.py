@@ -13,7 +13,8 @@ from torchvision.datasets import ImageFolder
 
 from .base import TransformImage, VisionDataModule, dataset_targets, read_image
 from .fashion_mnist import FashionMNIST, FashionMNISTClutter, download_fashion_mnist
-from .folders import FOLDER_LAYOUTS, ImageList, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
+from .folders import ImageList, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
+from .layouts import FOLDER_LAYOUTS, check_folder_root
 from .transforms import check_augment_args, classification_transform
 from ..errors import DataError
 _FASHION_MNIST_NAMES = ("fashion_mnist", "fashionmnist", "fashion-mnist")
@@ -57,7 +58,7 @@ class ClassificationDataModule(VisionDataModule):
             or the devkit's ``ILSVRC2012_validation_ground_truth.txt`` with ``meta.mat`` beside it); default:
             looked for in root, root/val and the devkit's data folder.
         batch_size: images per batch.
-        num_workers: DataLoader workers (persistent when > 0).
+        num_workers: DataLoader workers (persistent when > 0), at most the CPU cores this process may use.
         pin_memory: DataLoader pin_memory.
         seed: seed of subsets, splits, shuffling and worker seeds.
         max_samples: per split, a seeded class-balanced subset of this size (None: all).
@@ -145,8 +146,7 @@ class ClassificationDataModule(VisionDataModule):
 
     def _folder_split(self, split: str) -> Dataset:
         root = self.root
-        if not os.path.isdir(root):
-            raise DataError(f"image folder root {root} does not exist; expected one of: {FOLDER_LAYOUTS}")
+        check_folder_root(root)
         train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
         if os.path.isdir(train_dir) and os.path.isdir(val_dir):
             if split == "train":

@@ -24,11 +24,8 @@ from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ..errors import DataError
+from .layouts import FOLDER_LAYOUTS
 
-FOLDER_LAYOUTS = ("root/train/<class>/<image> with root/val/<class>/<image>; root/train/<class>/<image> with a flat "
-                  "root/val/<image> and ImageNet's label file (LOC_val_solution.csv, or the devkit's "
-                  "ILSVRC2012_validation_ground_truth.txt with meta.mat; set val_labels); root/<class>/<image> with "
-                  "val_split; or root/<image> (unlabeled images: pruning only)")
 LOC_SOLUTION = "LOC_val_solution.csv"
 DEVKIT_GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
 DEVKIT_META = "meta.mat"

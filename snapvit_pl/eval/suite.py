@@ -37,7 +37,7 @@ class EvaluationSettings:
 
     Args:
         metrics: any of ``knn``, ``linear``, ``head`` (own classifier, no retraining), ``seg`` (linear probe on
-            patch tokens; ``python -m snapvit_pl.evaluate`` only), ``throughput``; empty: no evaluation.
+            patch tokens, on the segmentation data: ``seg_data``), ``throughput``; empty: no evaluation.
         train_samples: class-balanced subset of the train split used as k-NN memory / probe train set (None: all).
         val_samples: class-balanced subset of the val split scored (None: all).
         batch_size: feature-extraction batch size.

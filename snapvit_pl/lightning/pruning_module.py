@@ -39,6 +39,9 @@ class PruningModule(pl.LightningModule):
         pretrained: load timm's weights for ``model_name`` (hub or local cache).
         checkpoint_path: local weights file used instead of the hub weights.
         model_kwargs: ``timm.create_model`` overrides (``img_size``, ``num_classes``, ...).
+        seed: the seed of random weights (``pretrained: false`` without ``checkpoint_path``), recorded with the
+            base model so that ``extract``, ``evaluate`` and ``train`` rebuild the same weights; ``prune.py``
+            sets it to the run's ``seed_everything`` unless given.
     """
 
     def __init__(
@@ -47,19 +50,23 @@ class PruningModule(pl.LightningModule):
         pretrained: bool = True,
         checkpoint_path: Optional[str] = None,
         model_kwargs: Optional[dict[str, Any]] = None,
+        seed: Optional[int] = None,
     ):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
-        self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
+        self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}),
+                                 seed if pretrained is False and checkpoint_path is None else None)
         self.backbone = load_backbone(self.spec)
         self.backbone.requires_grad_(False)
         self.pipeline: Optional[Pipeline] = None
 
     def configure_pipeline(self, settings: Optional[PipelineSettings] = None, run_dir: Optional[str | Path] = None,
-                           progress: ProgressMode | bool = "auto") -> Pipeline:
-        """The pipeline the stage callbacks drive (over this module's backbone); returns it."""
-        self.pipeline = Pipeline(self.backbone, settings, spec=self.spec, run_dir=run_dir, progress=progress)
+                           progress: ProgressMode | bool = "auto", seg_data: Any = None) -> Pipeline:
+        """The pipeline the stage callbacks drive (over this module's backbone; ``seg_data``: the segmentation
+        DataModule of the ``seg`` metric); returns it."""
+        self.pipeline = Pipeline(self.backbone, settings, spec=self.spec, seg_datamodule=seg_data, run_dir=run_dir,
+                                 progress=progress)
         return self.pipeline
 
     def setup(self, stage: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import CheckpointError
-from .loading import HUB_PREFIX
+from .loading import HUB_PREFIX, hub_access
 
 #: The files of a pruned checkpoint directory (weights, architecture record).
 CHECKPOINT_FILES = ("model.safetensors", "architecture.json")
@@ -30,12 +30,17 @@ def download_pruned(name: str) -> Path:
 
     repo = hub_repo(name)
     repo_id, _, revision = repo.partition("@")
+    offline = None
     try:
-        folder = snapshot_download(repo_id, revision=revision or None, allow_patterns=list(CHECKPOINT_FILES) + ["README.md"])
+        with hub_access() as offline:
+            folder = snapshot_download(repo_id, revision=revision or None,
+                                       allow_patterns=list(CHECKPOINT_FILES) + ["README.md"])
     except Exception as err:  # huggingface_hub raises many types (offline, not found, gated, HTTP)
+        detail = f"{offline} and it is not in the local cache" if offline else \
+            f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
         raise CheckpointError(
-            f"could not fetch {name} ({type(err).__name__}: {' '.join(str(err).split())[:200]}); check the repository "
-            "name, your network or login, or with HF_HUB_OFFLINE=1 that it is in the local Hugging Face cache"
+            f"could not fetch {name} ({detail}); check the repository name, your network or login, or with "
+            "HF_HUB_OFFLINE=1 that it is in the local Hugging Face cache"
         ) from err
     missing = [f for f in CHECKPOINT_FILES if not (Path(folder) / f).is_file()]
     if missing:

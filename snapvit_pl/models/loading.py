@@ -4,9 +4,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import pickle
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import timm
 import torch
@@ -14,6 +14,7 @@ from safetensors import SafetensorError
 from torch import nn
 
 from ..errors import CheckpointError, ConfigError, UnsupportedModelError
+from ..io import weights_file
 
 
 @dataclass
@@ -31,22 +32,36 @@ class BackboneSpec:
         model_kwargs: architecture overrides passed to ``timm.create_model``
             (e.g. ``img_size``, ``depth``, ``num_classes``); with ``pretrained=False`` and no
             checkpoint this gives a randomly initialised model, as the tests use.
+        seed: the seed random weights (``pretrained=False``, no checkpoint) are drawn from, so that the
+            spec rebuilds the very same model anywhere (``prune.py`` records its ``seed_everything``);
+            None: drawn from the global RNG as it stands.
     """
 
     model_name: str = "vit_small_patch16_224.dino"
     pretrained: bool = True
     checkpoint_path: Optional[str] = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: Optional[int] = None
+
+    @property
+    def random_weights(self) -> bool:
+        """Whether the weights are drawn at random (nothing to load)."""
+        return not self.pretrained and self.checkpoint_path is None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form; timm layer classes in ``model_kwargs`` become ``{"class_path": ...}``."""
-        return dict(asdict(self), model_kwargs={k: _encode(v) for k, v in self.model_kwargs.items()})
+        """JSON-ready form; timm layer classes in ``model_kwargs`` become ``{"class_path": ...}``; no ``seed`` key
+        when there is none."""
+        data = dict(asdict(self), model_kwargs={k: _encode(v) for k, v in self.model_kwargs.items()})
+        if data["seed"] is None:
+            del data["seed"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BackboneSpec":
         """Inverse of :meth:`to_dict`."""
         kwargs = {k: _decode(v) for k, v in (data.get("model_kwargs") or {}).items()}
-        return cls(data["model_name"], data.get("pretrained", False), data.get("checkpoint_path"), kwargs)
+        return cls(data["model_name"], data.get("pretrained", False), data.get("checkpoint_path"), kwargs,
+                   data.get("seed"))
 
     def architecture_only(self) -> "BackboneSpec":
         """The same architecture with no weights to fetch (weights come from elsewhere).
@@ -57,11 +72,15 @@ class BackboneSpec:
         if self.model_name.startswith(HUB_PREFIX):
             from timm.models._hub import load_model_config_from_hf
 
+            offline = None
             try:
-                pretrained_cfg, architecture, model_args = load_model_config_from_hf(self.model_name[len(HUB_PREFIX):])
+                with hub_access() as offline:
+                    pretrained_cfg, architecture, model_args = load_model_config_from_hf(self.model_name[len(HUB_PREFIX):])
             except UNREADABLE_CHECKPOINT + (ImportError,) as err:
-                raise CheckpointError(f"could not read the config of {self.model_name} ({' '.join(str(err).split())[:200]}); "
-                                      "check the name, the network, or the offline Hugging Face cache") from err
+                detail = f"{offline} and it is not in the local cache" if offline else " ".join(str(err).split())[:200]
+                raise CheckpointError(f"could not read the config of {self.model_name} ({detail}); check the name, "
+                                      "the network, or the local Hugging Face cache (HF_HUB_OFFLINE=1 reads only "
+                                      "the cache)") from err
             overlay = {k: pretrained_cfg[k] for k in ("mean", "std", "input_size", "interpolation", "crop_pct")
                        if k in pretrained_cfg}
             kwargs = {**model_args, "pretrained_cfg_overlay": overlay, **self.model_kwargs}
@@ -90,17 +109,39 @@ HUB_PREFIX = "hf-hub:"  # timm's prefix of a model on the Hugging Face Hub (its 
 
 #: What loading a missing, truncated, corrupt or foreign weights file raises (mapped to ``CheckpointError``).
 UNREADABLE_CHECKPOINT = (RuntimeError, OSError, ValueError, KeyError, EOFError, SafetensorError, pickle.UnpicklingError)
+#: Seconds the Hugging Face Hub has to answer before only its local cache is read.
+HUB_TIMEOUT = 3.0
+#: What to do when hub weights cannot be had (the end of the one error line).
+HUB_HINT = ("without network they must be in the local Hugging Face cache (download them once; HF_HUB_OFFLINE=1 then "
+            "reads only the cache), or give a local weights file as model.checkpoint_path, or use random weights with "
+            "model.pretrained: false")
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
+@contextmanager
+def hub_access() -> Iterator[Optional[str]]:
+    """Hub downloads inside this block go to the Hugging Face Hub when it answers within :data:`HUB_TIMEOUT` s,
+    else read only the local cache (as ``HF_HUB_OFFLINE=1``), so that no network fails fast instead of after
+    minutes of retries. Yields None, or why only the cache is read."""
+    from huggingface_hub import constants
 
-def resolve_path(path: str | Path) -> Path:
-    """A user path; a relative one missing from the working directory is looked up in the
-    snapvit-pl checkout too, so the shipped assets (``assets/...``) work from anywhere."""
-    path = Path(path).expanduser()
-    if not path.is_absolute() and not path.exists() and (PROJECT_ROOT / path).exists():
-        return PROJECT_ROOT / path
-    return path
+    if constants.HF_HUB_OFFLINE:
+        yield "HF_HUB_OFFLINE is set"
+        return
+    try:
+        from huggingface_hub.utils import get_session
+
+        get_session().head(constants.ENDPOINT, timeout=HUB_TIMEOUT)  # any HTTP answer: reachable
+        reachable = True
+    except Exception:  # noqa: BLE001 (no route, no name, refused, timed out, proxy errors: all mean no Hub)
+        reachable = False
+    if reachable:
+        yield None
+        return
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield f"{constants.ENDPOINT} did not answer within {HUB_TIMEOUT:g} s"
+    finally:
+        constants.HF_HUB_OFFLINE = False
 
 
 def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
@@ -120,24 +161,29 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
         )
     kwargs = {k: _decode(v) for k, v in spec.model_kwargs.items()}
     if spec.checkpoint_path is not None:
-        path = resolve_path(spec.checkpoint_path)
-        if not path.is_file():
-            raise CheckpointError(f"checkpoint file not found: {path}; pass an existing weights file as checkpoint_path")
-        kwargs["checkpoint_path"] = str(path)  # timm loads it strictly, classifier head included
+        kwargs["checkpoint_path"] = str(weights_file(spec.checkpoint_path))  # timm loads it strictly, head included
+    from_hub = spec.model_name.startswith(HUB_PREFIX) or (spec.pretrained and spec.checkpoint_path is None)
+    offline = None
     try:
-        model = timm.create_model(spec.model_name, pretrained=spec.pretrained and spec.checkpoint_path is None, **kwargs)
+        with hub_access() if from_hub else nullcontext() as offline:
+            if spec.random_weights and spec.seed is not None:
+                with torch.random.fork_rng(devices=[]):  # the same weights for the same seed, the global RNG untouched
+                    torch.manual_seed(spec.seed)
+                    model = timm.create_model(spec.model_name, pretrained=False, **kwargs)
+            else:
+                model = timm.create_model(spec.model_name, pretrained=spec.pretrained and spec.checkpoint_path is None,
+                                          **kwargs)
     except ImportError as err:
         raise ConfigError(f"{spec.model_name}: {err}; install what it names (pip install ...)") from err
     except TypeError as err:
         raise ConfigError(f"timm model '{spec.model_name}' does not accept these model_kwargs: {err}; fix model_kwargs") from err
     except UNREADABLE_CHECKPOINT as err:
-        where = spec.checkpoint_path or f"the hub weights of {spec.model_name}"
-        hint = (
-            "check that the file is a complete state dict for this architecture (model_kwargs included)"
-            if spec.checkpoint_path
-            else "no network? download once and pass checkpoint_path, or set pretrained: false"
-        )
-        raise CheckpointError(f"could not load {where}: {' '.join(str(err).split())[:300]}; {hint}") from err
+        if spec.checkpoint_path:
+            raise CheckpointError(f"could not load {spec.checkpoint_path}: {' '.join(str(err).split())[:300]}; check "
+                                  "that the file is a complete state dict for this architecture (model_kwargs "
+                                  "included)") from err
+        detail = f"{offline} and they are not in the local cache" if offline else " ".join(str(err).split())[:200]
+        raise CheckpointError(f"could not load the hub weights of {spec.model_name} ({detail}); {HUB_HINT}") from err
     return model.eval()
 
 

@@ -96,6 +96,8 @@ class Pipeline:
         spec: how ``model`` is built (recorded so that its pruned models and scores can be rebuilt); default: its
             architecture name, without weights.
         inputs: the fitness / calibration images and evaluation data (:class:`DataModuleInputs`, :class:`TensorInputs`).
+        seg_datamodule: a :class:`snapvit_pl.data.SegmentationDataModule` the ``seg`` metric (a linear probe's mIoU on
+            patch tokens) evaluates every model on, when the inputs come from a DataModule (:meth:`use_datamodule`).
         run_dir: where the scores, models, report and progress are written (None: nothing is written).
         dist: this process's place in a DDP run (default: a single process).
         progress: ``auto`` (bars in a terminal, log lines elsewhere), ``bar``, ``lines`` or ``off``.
@@ -116,6 +118,7 @@ class Pipeline:
         *,
         spec: Optional[BackboneSpec] = None,
         inputs: Optional[StageInputs] = None,
+        seg_datamodule: Any = None,
         run_dir: Optional[str | Path] = None,
         dist: Optional[Distributed] = None,
         progress: ProgressMode | bool = "auto",
@@ -125,6 +128,7 @@ class Pipeline:
         self.settings = settings or PipelineSettings()
         self.spec = spec or BackboneSpec(_architecture_name(model), pretrained=False)
         self.inputs = inputs or StageInputs()
+        self.seg_datamodule = seg_datamodule
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.dist = dist or Distributed()
         self.progress = progress
@@ -183,7 +187,8 @@ class Pipeline:
 
     def use_datamodule(self, datamodule: Any) -> None:
         """Take the run's data from a DataModule: set it up for the importance pass (the model's input format, the
-        views the scorer needs) and read the later stages' images and evaluation data from it."""
+        views the scorer needs) and read the later stages' images and evaluation data from it (and the ``seg``
+        metric's from ``seg_datamodule``)."""
         from .importance import prepare_pruning_data
         from .inputs import DataModuleInputs
 
@@ -195,7 +200,9 @@ class Pipeline:
                 raise ConfigError(f"{what} need labeled images, but {datamodule.root} is a folder of unlabeled images; "
                                   "set --evaluation.metrics '[]' (or [throughput]) and a label-free scorer, or give "
                                   "a labeled folder (root/train/<class>/..., root/val/...)")
-        self.inputs = DataModuleInputs(datamodule)
+        if self.seg_datamodule is not None:
+            self.seg_datamodule.configure_for_model(self.model)
+        self.inputs = DataModuleInputs(datamodule, self.seg_datamodule)
 
     # -- checks before any work ------------------------------------------------------------------------------
     def check(self) -> None:
@@ -207,9 +214,10 @@ class Pipeline:
         """
         s = self.settings
         check_budgets(self.model, s.export.budgets, s.importance, s.export.mlp_multiple, self.cost)
-        if "seg" in s.evaluation.metrics:
-            raise ConfigError("evaluation.metrics: 'seg' needs segmentation data; run python -m snapvit_pl.evaluate "
-                              "--evaluation.metrics [seg] on the exported checkpoints")
+        if "seg" in s.evaluation.metrics and self.seg_datamodule is None and not self.inputs.has_segmentation():
+            raise ConfigError("evaluation.metrics: 'seg' needs segmentation data; give a SegmentationDataModule as "
+                              "seg_data (e.g. the offline Fashion-MNIST canvases: --seg_data SegmentationDataModule "
+                              "--seg_data.init_args.source fashion_mnist)")
 
     # -- stage 1: importance ---------------------------------------------------------------------------------
     def start_importance(self, batches: Optional[int] = None) -> None:

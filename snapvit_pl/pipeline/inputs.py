@@ -30,6 +30,10 @@ class StageInputs:
         """Unreadable data files passed over, per split."""
         return {}
 
+    def has_segmentation(self) -> bool:
+        """Whether the ``seg`` metric has data."""
+        return False
+
 
 class DataModuleInputs(StageInputs):
     """A run's inputs from its DataModule (``prune.py``): seeded subsets of the pruning data's plain views for
@@ -55,6 +59,9 @@ class DataModuleInputs(StageInputs):
     def skipped_files(self) -> dict[str, list[str]]:
         return dict(getattr(self.datamodule, "skipped", {}) or {})
 
+    def has_segmentation(self) -> bool:
+        return self.seg_datamodule is not None
+
 
 class TensorInputs(StageInputs):
     """Inputs given as tensors (the Python API): the same images serve the fitness and the correction.
@@ -79,3 +86,6 @@ class TensorInputs(StageInputs):
 
     def evaluation_data(self, settings: EvaluationSettings) -> Optional[EvalData]:
         return self.evaluation if settings.metrics else None
+
+    def has_segmentation(self) -> bool:
+        return self.evaluation is not None and self.evaluation.seg_train is not None

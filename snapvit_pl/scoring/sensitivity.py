@@ -171,6 +171,17 @@ class OutputSensitivity(MaskGradientScorer):
     def _probe_scale(self) -> int:
         return 1 if self.probes == 0 else self.probes
 
+    def update(self, batch: Any) -> dict[str, float]:
+        """Accumulate one batch; returns what the scores measure so far, to log per batch: the mean estimated drift
+        of the embedding when one head (``drift_per_head``) or one MLP neuron (``drift_per_neuron``) is removed
+        alone, ``E_n ||d f(x_n) / d m_u||^2 / 2`` averaged over the units (second order; with the normalised
+        target, ``1 - cos`` between the dense and the pruned embedding)."""
+        metrics = super().update(batch)
+        totals = [torch.stack([self._acc[key].sum() / self._acc[key].numel() for key, kind, _ in self._groups
+                               if kind == wanted]).mean() for wanted in ("heads", "neurons")]
+        head, neuron = (torch.stack(totals) / (2 * self._samples)).tolist()  # one host sync per batch
+        return {**metrics, "drift_per_head": head, "drift_per_neuron": neuron}
+
     def _squared_gradients(self, images: Tensor, labels: Optional[Tensor]):
         if images.dim() == 5:
             images = images.flatten(0, 1)

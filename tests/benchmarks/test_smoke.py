@@ -51,3 +51,16 @@ def test_compare_methods_quick_gives_every_method_the_split_and_the_correction(t
     assert all("splits" in r for r in entry["runs"])  # every method cut at the fitness-chosen split
     assert {"ours", "ours+correction"} == set(report["goal"])
     assert (tmp_path / "compare_flops.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_quick_cpu_tiny_runs_the_quick_overlay_on_the_vit_b_config(tmp_path):
+    from benchmarks.quick_cpu import main
+
+    assert main(["--tiny", "--out", str(tmp_path / "quick")]) == 0
+    record = json.loads((tmp_path / "quick.json").read_text())
+    run = record["run"]
+    assert "--config dino_vitb16.yaml --config quick.yaml" in run["command"] and record["machine"]["torch_threads"] == 1
+    assert len(run["models"]) == 3 and run["wall_s"] > run["timings"]["total_s"] > 0
+    assert len(run["load_before"]) == 3 and "[snapvit] importance" in run["progress"][0]
+    assert (tmp_path / "quick.md").read_text().startswith("# configs/prune/quick.yaml on a tiny model")

@@ -10,7 +10,6 @@ import torch
 from snapvit_pl.cli import prune_cli, prune_main
 from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT
 from snapvit_pl.models import BackboneSpec, count_params, fingerprint, load_backbone, load_pruned
-from snapvit_pl.pipeline import SearchSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -35,6 +34,12 @@ def test_prune_end_to_end_writes_a_complete_run(tiny_prune_args, tmp_path):
     assert report["pruned"][1]["flops"] <= 0.6 * report["dense"]["flops"]
     assert (run / "report.md").read_text().startswith("# Pruning report")
     assert (run / "config.yaml").exists() and len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    drift = events.Scalars("importance/drift_per_head")  # what the default score measures, per batch
+    assert len(drift) == 3 and all(e.value > 0 for e in drift) and "search/best_fitness" in events.Tags()["scalars"]
     for name in ("accuracy_vs_params", "accuracy_vs_flops", "kept_units", "search_fitness"):
         assert (run / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
     umask = os.umask(0)
@@ -45,7 +50,7 @@ def test_prune_end_to_end_writes_a_complete_run(tiny_prune_args, tmp_path):
 
     # The elastic artifact reproduces the exported models from the base weights.
     scores = ElasticScores.load(run / "elastic_scores.safetensors")
-    torch.manual_seed(0)  # the CLI seeds everything with 0 before building the model
+    torch.manual_seed(1)  # the recorded spec rebuilds the random base weights whatever the global RNG holds
     base = load_backbone(BackboneSpec.from_dict(scores.base))
     elastic = ElasticViT(base, scores).set_budget(Budget(mlp_ratio=0.35, head_ratio=0.25))
     assert elastic.subnet.head_counts == report["pruned"][0]["heads"]
@@ -84,11 +89,18 @@ def test_invalid_configuration_names_the_key(tmp_path, override, key):
 
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "prune").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_prune_config_instantiates(config, tmp_path):
+    import yaml
+
+    overlay = "model" not in yaml.safe_load(config.read_text())  # quick.yaml: composed after a model's config
+    configs = ["--config", str(ROOT / "configs" / "prune" / "dino_vitb16.yaml")] if overlay else []
     cli = prune_cli([
-        "--config", str(config), "--out_dir", str(tmp_path / "run"), "--model.pretrained=false", "--model.checkpoint_path=null",
+        *configs, "--config", str(config), "--out_dir", str(tmp_path / "run"), "--model.pretrained=false", "--model.checkpoint_path=null",
         "--model.model_kwargs.depth=1", "--trainer.logger=false",
     ])
     assert cli.model.backbone is not None and cli.datamodule is not None
+    if overlay:  # the model's config, shrunk
+        assert cli.datamodule.source == "folder" and cli.datamodule.max_samples == 8
+        assert cli.model.pipeline.settings.search.num_images == 8 and cli.model.spec.model_name.endswith(".dino")
     assert {type(c).__name__ for c in cli.trainer.callbacks} >= {"ImportanceCallback", "SearchCallback", "ExportCallback", "ReportCallback"}
 
 
@@ -98,23 +110,6 @@ def test_default_config_prunes_the_shipped_reference_model(tmp_path):
     reference, record = load_pruned(ROOT / "assets" / "reference_vit_fmnist")
     assert cli.model.pipeline.state.fingerprint == fingerprint(reference)
     assert record["heads"] == [6] * 6 and record["extra"]["metrics"]["val/accuracy"] > 0.85
-
-
-def test_help_leads_with_the_project_and_shows_what_prune_py_runs(capsys):
-    with pytest.raises(SystemExit):
-        prune_main(["--help"])
-    text = capsys.readouterr().out
-    assert text.startswith("usage: python prune.py") and "--resume" in text and "--verbose" in text
-    own, trainer = text.index("--search.max_evaluations"), text.index("--trainer.accelerator")
-    assert own < trainer and text.index("--out_dir") < own
-    # configs/prune/demo.yaml's values, not the class defaults (1000 images, 192 PCA components)
-    import yaml
-
-    demo = yaml.safe_load((ROOT / "configs" / "prune" / "demo.yaml").read_text())["search"]
-    for key in ("num_images", "pca_components"):
-        option = text[text.index(f"--search.{key}"):]
-        option = " ".join(option[:option.index("\n  --", 1)].split())  # this option's own help lines, unwrapped
-        assert f"default: {demo[key]})" in option and demo[key] != getattr(SearchSettings(), key)
 
 
 def test_out_of_memory_is_one_line_naming_the_batch_sizes_to_lower(tiny_prune_args, tmp_path, capsys, monkeypatch):
@@ -143,7 +138,7 @@ def test_extract_at_a_grid_budget_gives_the_model_prune_py_cuts_when_asked_for_i
               and a != str(tmp_path / "run")] + ["--evaluation.metrics=[]", "--export.split_grid=0.1"]
     assert prune_main([*common, "--out_dir", str(tmp_path / "one"), "--export.budgets=[{sparsity: 0.4}]"]) == 0
     assert prune_main([*common, "--out_dir", str(tmp_path / "two"), "--export.budgets=[{flops: 0.7}]"]) == 0
-    torch.manual_seed(0)  # the random base weights prune.py built after seeding everything with 0
+    torch.manual_seed(1)  # extract rebuilds the random base weights from the seed recorded in the scores
     assert extract_main(["--scores", str(tmp_path / "one" / "elastic_scores.safetensors"), "--progress=off",
                          "--out_dir", str(tmp_path / "cut"), "--export.budgets=[{flops: 0.7}]"]) == 0
     extracted = load_file(tmp_path / "cut" / "flops0.7" / "model.safetensors")
@@ -151,3 +146,36 @@ def test_extract_at_a_grid_budget_gives_the_model_prune_py_cuts_when_asked_for_i
     assert extracted.keys() == asked.keys() and all(torch.equal(extracted[k], asked[k]) for k in asked)
     record = json.loads((tmp_path / "two" / "report.json").read_text())
     assert [c["label"] for c in record["splits"] if c["requested"]] == ["flops0.7"]
+
+
+def test_a_pruning_run_prints_its_own_progress_only(tiny_prune_args, tmp_path):
+    """No Lightning banner (devices found, "Seed set to", "`Trainer.fit` stopped") among the run's progress lines."""
+    result = subprocess.run([sys.executable, str(ROOT / "prune.py"), *tiny_prune_args, "--progress=lines",
+                             "--search.max_evaluations=2", "--search.popsize=2", "--evaluation.metrics=[knn]"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith("[snapvit] ") for line in lines), result.stderr
+    assert {line.split(":")[0] for line in lines} >= {"[snapvit] importance", "[snapvit] search", "[snapvit] export"}
+
+
+def test_a_segmentation_datamodule_gives_the_miou_of_every_budget(tiny_prune_args, tmp_path, capsys):
+    """evaluation.metrics seg with the offline Fashion-MNIST canvases: mIoU per model in report.json, the tables
+    (console, report.md) and TensorBoard; without segmentation data, one error line before any work."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = [*tiny_prune_args, "--search.max_evaluations=0", "--evaluation.metrics=[knn, seg]", "--report.print_table=true",
+            "--evaluation.seg_train_samples=64", "--evaluation.seg_val_samples=32", "--evaluation.seg_epochs=2"]
+    assert prune_main(args) == 2  # no seg_data
+    assert capsys.readouterr().err.startswith("error: evaluation.metrics: 'seg' needs segmentation data")
+    assert prune_main([*args, "--seg_data", "SegmentationDataModule", "--seg_data.init_args.source", "fashion_mnist"]) == 0
+    run = tmp_path / "run"
+    report = json.loads((run / "report.json").read_text())
+    models = [report["dense"], *report["pruned"]]
+    assert len(models) == 3 and all(0 <= m["metrics"]["seg_miou"] <= 1 for m in models)
+    header = next(line for line in capsys.readouterr().out.splitlines() if "k-NN" in line)
+    assert "| seg |" in (run / "report.md").read_text() and header.split()[-1] == "seg"
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    logged = {(e.step, round(e.value, 6)) for e in events.Scalars("models/seg_miou_vs_params")}
+    assert logged == {(m["params"], round(m["metrics"]["seg_miou"], 6)) for m in models}

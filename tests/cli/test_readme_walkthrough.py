@@ -1,6 +1,7 @@
 """The README's "Prune your own model" commands, verbatim, on the full-size DINO ViT-B/16 (random weights, 224 px,
 through an offline Hugging Face cache) with a tiny stand-in for ImageNet: prune (importance, search, a FLOPs
-budget, evaluation, report), extract, evaluate, label-free fine-tuning, ONNX export."""
+budget, evaluation, report), extract, evaluate, label-free fine-tuning, ONNX export; and the same with
+``--model.pretrained false`` and no Hugging Face cache at all."""
 import json
 import sys
 from pathlib import Path
@@ -35,5 +36,22 @@ def test_the_readme_walkthrough_runs_on_the_full_size_model(tmp_path):
     assert evaluation["model"]["checkpoint"].endswith("flops0.5") and 0 <= evaluation["knn_top1"] <= 1
     finetuned = tmp_path / "runs" / "finetune" / "dino-flops0.5" / "model"
     assert (finetuned / "model.safetensors").is_file()
-    assert (tmp_path / "dino_vitb16_flops0.5.onnx").stat().st_size > 10e6
+    assert (finetuned / "model.onnx").stat().st_size > 10e6  # beside the weights, not in the working directory
+    assert "max abs diff" in record["commands"][-1]["stdout"]
+
+
+def test_the_readme_walkthrough_runs_with_random_weights_and_no_hub_cache(tmp_path):
+    """``pretrained: false``: the random base weights come from the run's recorded seed, so extract (its fingerprint
+    check), evaluate, the fine-tuning's teacher and the export all rebuild the very same model, offline."""
+    pytest.importorskip("onnx")
+    from benchmarks.readme_walkthrough import run_walkthrough
+
+    record = run_walkthrough(tmp_path, log=lambda line: None, random_weights=True)
+    report = record["prune_report"]
+    assert report["model"]["pretrained"] is False and report["model"]["seed"] == 0
+    assert not list((tmp_path / "hf_home").rglob("*.safetensors"))  # nothing came from a Hub cache
+    run = tmp_path / "runs" / "prune" / "dino"
+    assert {p.name for p in (run / "more").iterdir()} >= {"flops0.4", "params0.6"}
+    finetuned = tmp_path / "runs" / "finetune" / "dino-flops0.5" / "model"
+    assert (finetuned / "model.safetensors").is_file() and (finetuned / "model.onnx").is_file()
     assert "max abs diff" in record["commands"][-1]["stdout"]

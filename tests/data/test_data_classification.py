@@ -120,6 +120,19 @@ def test_loader_settings(classification_tree, rgb32):
     del loader, again_loader  # shut the persistent workers down now, not in a later gc pass
 
 
+def test_workers_are_at_most_the_cores_this_process_has(classification_tree, rgb32, monkeypatch):
+    """A config's num_workers: 8 on a 2-core laptop: 2 workers (DataLoader warns above the cores)."""
+    from snapvit_pl import device
+    from snapvit_pl.data import base
+
+    monkeypatch.setattr(base, "cpu_cores", lambda: 1)
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, num_workers=8, batch_size=6)
+    loader = dm.train_dataloader()
+    assert loader.num_workers == 1 and dm.num_workers == 8  # the setting as configured, the loader's as possible
+    del loader
+    assert 1 <= device.cpu_cores() <= (os.cpu_count() or 1)
+
+
 class _Probe(pl.LightningModule):
     """Records input shapes and counts validation samples (summed over processes)."""
 

@@ -89,6 +89,16 @@ def test_cli_exports_checks_and_benchmarks_a_pruned_checkpoint(tmp_path, capsys,
     assert "onnxruntime" in lines[2] and lines[2].count("images/s") == 2
 
 
+def test_cli_writes_into_the_checkpoints_directory_by_default(tmp_path, monkeypatch, capsys):
+    save_pruned(_pruned("deit_distilled"), tmp_path / "ckpt", FAMILIES["deit_distilled"])
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["--checkpoint", str(tmp_path / "ckpt")]) == 0
+    assert (tmp_path / "ckpt" / "model.onnx").is_file() and list((tmp_path / "elsewhere").iterdir()) == []
+    assert main(["--checkpoint", "hf-hub:org/name"]) == 2  # no directory of one's own: --out is needed
+    assert "give --out FILE.onnx" in capsys.readouterr().err
+
+
 def test_cli_bad_checkpoint_is_one_line_and_exit_code_2(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "snapvit_pl.deploy", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "m.onnx")],

@@ -115,3 +115,35 @@ def test_load_backbone_bad_inputs(tmp_path):
     (tmp_path / "garbage.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="could not load"):
         load_backbone(BackboneSpec("vit_small_patch16_224", False, str(tmp_path / "garbage.pth"), FAMILIES["dino_vit"].model_kwargs))
+
+
+def test_random_weights_are_a_function_of_the_recorded_seed():
+    """``pretrained: false`` with a seed: every command that rebuilds the spec (from its record) gets the same weights,
+    whatever the global RNG holds, and building it leaves the global RNG alone."""
+    spec = BackboneSpec("vit_small_patch16_224", False, None, FAMILIES["dino_vit"].model_kwargs, seed=3)
+    first = fingerprint(load_backbone(spec))
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    rebuilt = load_backbone(BackboneSpec.from_dict(json.loads(json.dumps(spec.to_dict()))))
+    assert fingerprint(rebuilt) == first and torch.equal(torch.get_rng_state(), state)
+    assert fingerprint(load_backbone(BackboneSpec(**{**vars(spec), "seed": 4}))) != first
+    assert "seed" not in FAMILIES["dino_vit"].to_dict()  # no seed: records as before
+
+
+def test_hub_weights_without_network_fail_fast_in_one_line_naming_the_ways_out(tmp_path, monkeypatch):
+    """No answer from the Hub and nothing in the cache: no minutes of retries, one message naming
+    HF_HUB_OFFLINE=1, checkpoint_path and pretrained: false."""
+    import time
+
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty_cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    started = time.perf_counter()
+    with pytest.raises(CheckpointError) as caught:
+        load_backbone(BackboneSpec("vit_tiny_patch16_224.augreg_in21k", True, None, FAMILIES["dino_vit"].model_kwargs))
+    message = str(caught.value)
+    assert time.perf_counter() - started < 10 and "\n" not in message
+    assert all(hint in message for hint in ("HF_HUB_OFFLINE=1", "checkpoint_path", "pretrained: false"))
+    assert constants.HF_HUB_OFFLINE is False  # only the cache was read, for this load only

@@ -195,3 +195,31 @@ def test_gn_greedy_shards_and_protection():
     for kept, scores in zip(subnet.heads + subnet.neurons, one.heads + one.neurons):
         top = torch.argsort(scores, descending=True)[: len(kept)]
         assert set(kept.tolist()) == set(top.tolist())
+
+
+def test_each_batch_reports_the_running_drift_estimate_of_removing_one_unit():
+    """What TensorBoard plots per batch for the default score: the mean second-order drift (1 - cos) of removing
+    one head / one MLP neuron so far; close to the drift measured by removing each head in turn."""
+    from snapvit_pl.models import Subnet, prunable_blocks, use_subnet
+
+    model = build("dino_vit").double().eval()
+    x = torch.randn(6, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    scorer = OutputSensitivity(probes=0)
+    scorer.setup(model)
+    first, running = scorer.update(x[:3]), scorer.update(x[3:])
+    scorer.reduce(lambda t: t)
+    scores = scorer.compute()
+    assert running["drift_per_head"] == pytest.approx(float(torch.stack([h.mean() for h in scores.heads]).mean()) / 2)
+    assert running["drift_per_neuron"] == pytest.approx(float(torch.stack([n.mean() for n in scores.neurons]).mean()) / 2)
+    assert first["drift_per_head"] != running["drift_per_head"]  # a running estimate: every batch so far
+    blocks = prunable_blocks(model)
+    with torch.no_grad():
+        dense = F.normalize(embed(model, x), dim=-1)
+        measured = []
+        for index, block in enumerate(blocks):
+            for head in range(block.heads.num_units):
+                heads = [torch.arange(b.heads.num_units) for b in blocks]
+                heads[index] = torch.tensor([k for k in range(block.heads.num_units) if k != head])
+                with use_subnet(model, Subnet(heads=heads, neurons=[torch.arange(b.neurons.num_units) for b in blocks])):
+                    measured.append(float((1 - (F.normalize(embed(model, x), dim=-1) * dense).sum(-1)).mean()))
+    assert running["drift_per_head"] == pytest.approx(sum(measured) / len(measured), rel=0.3)

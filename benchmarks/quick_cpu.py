@@ -1,0 +1,103 @@
+"""``configs/prune/quick.yaml`` on a full-size model, one CPU thread: how long a first try of a model takes.
+
+    python benchmarks/quick_cpu.py          # ViT-B/16 at 224 px: benchmarks/results/quick_cpu.{json,md}
+    python benchmarks/quick_cpu.py --tiny   # the CI smoke run (a tiny model of the same config)
+
+Runs ``python prune.py --config configs/prune/dino_vitb16.yaml --config configs/prune/quick.yaml`` (the six
+default budgets) in a fresh process with one torch thread (``OMP_NUM_THREADS=1``), with random weights
+(``--model.pretrained false``: no download) and a stand-in for ImageNet (synthetic JPEGs in its layout, resized to
+224 px by the model's transform as real images are). Records the wall time of the whole command (start-up and
+imports included), the run's per-stage timings (``report.json``) and the machine's load before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "prune" / "dino_vitb16.yaml"
+QUICK = ROOT / "configs" / "prune" / "quick.yaml"
+#: The issue's bound: a first try of a full-size model finishes within this on one CPU thread.
+LIMIT_S = 300
+#: --tiny: the same config on a tiny model of the architecture (32 px, 2 blocks).
+TINY = ["--model.model_kwargs={num_classes: 0, img_size: 32, embed_dim: 32, depth: 2, num_heads: 2, "
+        "pretrained_cfg_overlay: {input_size: [3, 32, 32]}}", "--export.budgets=[{sparsity: 0.1}, {flops: 0.8}]"]
+
+
+def run_quick(workdir: Path, tiny: bool = False) -> dict[str, Any]:
+    """Run the quick configuration in ``workdir``; returns the command, its wall time, the run's report and the
+    load averages around it.
+
+    Raises:
+        RuntimeError: the command failed (its status and the end of its error output).
+    """
+    from benchmarks.readme_walkthrough import stand_in_imagenet
+
+    data = stand_in_imagenet(workdir / "imagenet", train_per_class=32, val=32)  # quick.yaml reads 64 / 32
+    command = [sys.executable, str(ROOT / "prune.py"), "--config", str(CONFIG), "--config", str(QUICK),
+               "--data.init_args.root", str(data), "--model.pretrained", "false", "--out_dir", str(workdir / "run"),
+               "--trainer.accelerator", "cpu", "--progress", "lines", *(TINY if tiny else [])]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=3600)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"quick run failed with status {result.returncode}:\n{result.stderr[-3000:]}")
+    report = json.loads((workdir / "run" / "report.json").read_text())
+    return {"command": " ".join(Path(a).name if a.startswith(str(ROOT)) else a for a in command[1:]),
+            "wall_s": round(seconds, 1), "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()], "timings": report["timings"],
+            "models": [report["dense"]] + report["pruned"], "model": report["model"]["model_name"],
+            "progress": [line for line in result.stderr.splitlines() if line.startswith("[snapvit]")]}
+
+
+def markdown(record: dict[str, Any]) -> str:
+    machine, run = record["machine"], record["run"]
+    timings = run["timings"]
+    what = "a tiny model of the ViT-B/16 config (--tiny)" if record["tiny"] else "ViT-B/16 at 224 px"
+    lines = [f"# configs/prune/quick.yaml on {what}, one CPU thread", "",
+             f"`python benchmarks/quick_cpu.py` on {machine['cpu']} ({machine['cpu_count']} cores), 1 torch thread, "
+             f"{machine['date']}; load average (1, 5, 15 min) {run['load_before']} before and {run['load_after']} "
+             "after: the machine was shared, so this is slower than an idle one.", "",
+             f"`python prune.py --config configs/prune/dino_vitb16.yaml --config configs/prune/quick.yaml "
+             f"--model.pretrained false` ({what}, random weights, the six default budgets, a stand-in "
+             f"for ImageNet): **{run['wall_s'] / 60:.1f} min** wall, start-up included "
+             f"({'under' if run['wall_s'] < LIMIT_S else 'OVER'} the {LIMIT_S // 60} min aim).", "",
+             "| stage | seconds |", "|---|---:|"]
+    for key in ("scoring_s", "search_s", "splits_s", "export_s", "evaluation_s", "total_s"):
+        if timings.get(key) is not None:
+            lines.append(f"| {key.removesuffix('_s')} | {timings[key]:.1f} |")
+    lines += [f"| the whole command (imports, data, model) | {run['wall_s']:.1f} |"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="the CI smoke run: a tiny model of the same config")
+    parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/quick_cpu[_tiny])")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.common import RESULTS, machine_info
+    from snapvit_pl.io import write_json_atomic, write_text_atomic
+
+    with tempfile.TemporaryDirectory(prefix="quick_cpu_") as tmp:
+        run = run_quick(Path(tmp), tiny=args.tiny)
+    print(f"quick run: {run['wall_s']:.0f} s (1 torch thread; load {run['load_before']} -> {run['load_after']})")
+    record = {"machine": {**machine_info(), "torch_threads": 1}, "run": run, "tiny": args.tiny, "limit_s": LIMIT_S}
+    prefix = Path(args.out) if args.out else RESULTS / ("quick_cpu_tiny" if args.tiny else "quick_cpu")
+    write_json_atomic(prefix.with_suffix(".json"), record)
+    write_text_atomic(prefix.with_suffix(".md"), markdown(record))
+    print(f"wrote {prefix}.json/.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
