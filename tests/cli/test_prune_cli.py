@@ -91,16 +91,18 @@ def test_invalid_configuration_names_the_key(tmp_path, override, key):
 def test_every_prune_config_instantiates(config, tmp_path):
     import yaml
 
-    overlay = "model" not in yaml.safe_load(config.read_text())  # quick.yaml: composed after a model's config
+    values = yaml.safe_load(config.read_text())
+    overlay = "model" not in values  # quick.yaml, snapvit.yaml: composed after a model's config
     configs = ["--config", str(ROOT / "configs" / "prune" / "dino_vitb16.yaml")] if overlay else []
     cli = prune_cli([
         *configs, "--config", str(config), "--out_dir", str(tmp_path / "run"), "--model.pretrained=false", "--model.checkpoint_path=null",
         "--model.model_kwargs.depth=1", "--trainer.logger=false",
     ])
     assert cli.model.backbone is not None and cli.datamodule is not None
-    if overlay:  # the model's config, shrunk
-        assert cli.datamodule.source == "folder" and cli.datamodule.max_samples == 8
-        assert cli.model.pipeline.settings.search.num_images == 8 and cli.model.spec.model_name.endswith(".dino")
+    if overlay:  # the model's config with the overlay's values
+        assert cli.datamodule.source == "folder" and cli.model.spec.model_name.endswith(".dino")
+        assert cli.datamodule.max_samples == values["data"]["init_args"]["max_samples"]
+        assert cli.model.pipeline.settings.search.num_images == values["search"]["num_images"]
     assert {type(c).__name__ for c in cli.trainer.callbacks} >= {"ImportanceCallback", "SearchCallback", "ExportCallback", "ReportCallback"}
 
 
