@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from ..errors import ConfigError, SnapViTError, config_error, exit_with_error
+from ..errors import ConfigError, SnapViTError, config_error, exit_with_error, storage_error
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PRUNE_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
@@ -116,6 +116,12 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
         if cleanup is not None:
             cleanup()
         return exit_with_error(cause if not verbose else err, verbose)
+    except OSError as err:  # the one place an operating-system error (disk full, no permission) becomes a line
+        if cleanup is not None:
+            cleanup()
+        mapped = storage_error(err)
+        mapped.__cause__ = err  # --verbose shows where it happened
+        return exit_with_error(mapped, verbose)
     except (RuntimeError, MemoryError) as err:
         if not (out_of_memory(err) or isinstance(err, MemoryError)):
             raise

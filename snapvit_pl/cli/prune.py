@@ -43,10 +43,10 @@ def settings_groups() -> dict[str, type]:
     return {f.name: hints[f.name] for f in fields(PipelineSettings)}
 
 
-def check_run_dir(out_dir: Path, overwrite: bool) -> None:
+def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1]) -> None:
     """Refuse a run directory that cannot be one, or that already holds results (unless ``overwrite``)."""
     check_output_dir(out_dir, "--out_dir")
-    existing = [name for name in RESULT_FILES if (out_dir / name).exists()]
+    existing = [name for name in dict.fromkeys((*RESULT_FILES, scores_file)) if (out_dir / name).exists()]
     if existing and not overwrite:
         raise ConfigError(
             f"{out_dir} already holds results ({', '.join(existing)}); pass --overwrite true to replace them "
@@ -168,7 +168,7 @@ def prune_cli(argv: list[str], help_defaults: Optional[Path] = None, resume_dir:
                                       "it computes; resume without these overrides, or start a new run (another "
                                       "--out_dir) with them")
             out_dir = Path(config.out_dir or Path("runs") / "prune" / time.strftime("%Y%m%d-%H%M%S"))
-            check_run_dir(out_dir, config.overwrite)
+            check_run_dir(out_dir, config.overwrite, config.export.scores_file)
             config.out_dir = str(out_dir)
             config.trainer.default_root_dir = str(out_dir)
             trainer = config.trainer

@@ -13,7 +13,9 @@ from torchvision.datasets import ImageFolder
 
 from .base import TransformImage, VisionDataModule, dataset_targets, read_image
 from .fashion_mnist import FashionMNIST, FashionMNISTClutter, download_fashion_mnist
-from .folders import FOLDER_LAYOUTS, ImageList, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
+from .folders import (
+    FOLDER_LAYOUTS, ImageList, ImageTree, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images,
+)
 from .transforms import check_augment_args, classification_transform
 from ..errors import DataError
 _FASHION_MNIST_NAMES = ("fashion_mnist", "fashionmnist", "fashion-mnist")
@@ -174,10 +176,9 @@ class ClassificationDataModule(VisionDataModule):
             return unlabeled_images(root, read_image) if split == "train" else ImageList([], [], read_image)
         raise DataError(f"{root} is not an image folder this module reads; expected one of: {FOLDER_LAYOUTS}")
 
-    @staticmethod
-    def _image_folder(directory: str) -> ImageFolder:
+    def _image_folder(self, directory: str) -> ImageFolder:
         try:
-            return ImageFolder(directory, loader=read_image)
+            return ImageTree(directory, read_image, missing_ok=self.skip_corrupt)
         except (FileNotFoundError, OSError) as err:
             raise DataError(f"no class folders with images in {directory} ({err}); expected one of: "
                             f"{FOLDER_LAYOUTS}") from err
