@@ -20,3 +20,23 @@ def flipped_copies(path: Path, count: int = 40, seed: int = 0) -> Iterator[int]:
             yield position
     finally:
         path.write_bytes(original)
+
+
+try:  # a Lightning callback the tests install by class path (faults.SigtermAt)
+    import pytorch_lightning as _pl
+
+    class SigtermAt(_pl.Callback):
+        """Send this process SIGTERM (what a scheduler sends before preempting a job) after batch ``batch`` of
+        epoch ``epoch``."""
+
+        def __init__(self, epoch: int, batch: int):
+            self.epoch, self.batch = epoch, batch
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            import os
+            import signal
+
+            if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+                os.kill(os.getpid(), signal.SIGTERM)
+except ImportError:  # pragma: no cover
+    pass

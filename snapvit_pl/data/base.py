@@ -1,6 +1,7 @@
 """Shared pieces of the DataModules: image reading, seeded balanced subsets, the base module."""
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 from abc import ABCMeta, abstractmethod
@@ -191,10 +192,10 @@ class EpochSeededSampler(Sampler):
 
 
 class _DeferredIterator:
-    """Creates the real DataLoader iterator at the first ``next()``."""
+    """Creates the real DataLoader iterator at the first ``next()``; counts the batches it hands out."""
 
-    def __init__(self, start: Callable[[], Iterator]):
-        self._start, self._iterator = start, None
+    def __init__(self, loader: "DeferredDataLoader", start: Callable[[], Iterator]):
+        self._loader, self._start, self._iterator = loader, start, None
 
     def __iter__(self) -> "_DeferredIterator":
         return self
@@ -202,21 +203,69 @@ class _DeferredIterator:
     def __next__(self):
         if self._iterator is None:
             self._iterator = self._start()
-        return next(self._iterator)
+        batch = next(self._iterator)
+        self._loader._position["batches"] += 1
+        self._loader._skip = 0  # the pass has begun: later passes start at their first batch
+        return batch
+
+
+class _SkipFirst:
+    """The loader's batch sampler, each pass starting after the loader's ``_skip`` batches (indices only: no data is
+    loaded for the skipped batches)."""
+
+    def __init__(self, batch_sampler: Any, loader: "DeferredDataLoader"):
+        self.batch_sampler, self.loader = batch_sampler, loader
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator:
+        return itertools.islice(iter(self.batch_sampler), getattr(self.loader, "_skip", 0), None)
 
 
 class DeferredDataLoader(DataLoader):
-    """A DataLoader whose ``iter()`` draws nothing from its sampler until the first batch is asked for.
+    """A DataLoader whose ``iter()`` draws nothing from its sampler until the first batch is asked for, and that
+    resumes in the middle of a pass.
 
     With worker processes, a plain DataLoader iterator takes its first indices from the sampler as
     soon as it is created. Lightning (2.5.3 - 2.6, issue Lightning-AI/pytorch-lightning#21938)
     creates the training iterator before it calls ``set_epoch`` and, when resuming, before it has
     restored the epoch; the first resumed epoch would then replay epoch 0's order. Deferring the
     start until the first batch means the sampler sees the epoch Lightning has set by then.
+
+    Its ``state_dict`` (saved by Lightning in every training checkpoint) is the epoch and the batches handed out so
+    far in the current pass; a run restarted from a checkpoint taken in the middle of an epoch (a preempted
+    fine-tune) skips those batches' indices, so it sees exactly the batches an uninterrupted run would.
     """
 
     def __iter__(self) -> Iterator:
-        return _DeferredIterator(super().__iter__)
+        return _DeferredIterator(self, self._start)
+
+    def _start(self) -> Iterator:
+        self._position = {"epoch": self._epoch(), "batches": 0}  # the epoch Lightning has set by the first batch
+        resume = getattr(self, "_resume", None)
+        self._resume = None
+        self._skip = 0
+        if resume and resume["batches"] and resume["epoch"] == self._epoch():  # the interrupted pass, not a new one
+            self._position["batches"] = self._skip = resume["batches"]
+        return super().__iter__()
+
+    @property
+    def _index_sampler(self) -> Any:
+        sampler = super()._index_sampler
+        return _SkipFirst(sampler, self) if self._auto_collation else sampler
+
+    def _epoch(self) -> Optional[int]:
+        return getattr(self.sampler, "epoch", None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the current pass stands: ``{"epoch", "batches"}`` (batches handed out)."""
+        return dict(getattr(self, "_position", {"epoch": self._epoch(), "batches": 0}))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the pass ``state`` describes: its next iteration (if it is that pass, same epoch) skips the
+        batches already handed out."""
+        self._resume = {"epoch": state.get("epoch"), "batches": int(state.get("batches", 0))}
 
 
 class MappedDataset(Dataset):
