@@ -40,6 +40,7 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = True, replaces: Optio
         what = "a file path" if replaces is None else "a new path (it is not one this writer made)"
         raise ConfigError(f"{path} is {kind}; nothing was written there: give {what}")
     target = None
+    created = next((p for p in reversed(path.parents) if not p.exists()), None)  # the first folder this makes
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -53,9 +54,19 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = True, replaces: Optio
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(target, path)
-    except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) and not isinstance(err, SnapViTError):
-            raise storage_error(err, str(path), needed=size, written=_written(target)) from err
+    except BaseException as err:
+        written = _written(target)
+        if target is not None:
+            shutil.rmtree(target.parent, ignore_errors=True)
+        if created is not None:  # the folders made for it, if empty again
+            for folder in [path.parent, *path.parent.parents][:len(path.parent.parts) - len(created.parent.parts)]:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) \
+                and not isinstance(err, SnapViTError):
+            raise storage_error(err, str(path), needed=size, written=written) from err
         raise
     finally:
         if target is not None:
@@ -156,7 +167,7 @@ def _follow_umask(target: Path) -> None:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, size=len(text.encode())) as tmp:
         tmp.write_text(text)
     return Path(path)
 

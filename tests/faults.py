@@ -40,3 +40,40 @@ try:  # a Lightning callback the tests install by class path (faults.SigtermAt)
                 os.kill(os.getpid(), signal.SIGTERM)
 except ImportError:  # pragma: no cover
     pass
+
+
+def disk_full_at(monkeypatch, target: str, call: int) -> list[int]:
+    """Make the writer ``target`` (``"module.function"``, e.g. ``snapvit_pl.models.checkpoint.save_file``) run out of
+    space on its ``call``-th call (1-based): it writes half of the file, then fails with ENOSPC, as a full disk does.
+    Returns the list of calls made so far (for the test to check the fault happened)."""
+    import errno
+    import os
+    from pathlib import Path
+
+    import importlib
+
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+            break
+        except ImportError:
+            continue
+    for attribute in parts[cut:-1]:
+        owner = getattr(owner, attribute)
+    module, name = owner, parts[-1]
+    real = getattr(module, name)
+    calls: list[int] = []
+
+    def writer(*args, **kwargs):
+        calls.append(len(calls) + 1)
+        result = real(*args, **kwargs)
+        if len(calls) == call:
+            path = Path(str(args[1]))
+            size = path.stat().st_size
+            os.truncate(path, size // 2)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return result
+
+    monkeypatch.setattr(module, name, writer)
+    return calls

@@ -284,10 +284,15 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             return 130
         return 0
 
-    def cleanup() -> None:  # a run that failed on bad input leaves nothing behind
+    def cleanup() -> None:  # a run that failed on bad input leaves nothing behind; one that made progress, a resume
         if "lock" in run:
             run.pop("lock").release()
-        if run.get("created") and not has_progress(run["out_dir"]):
+        if "out_dir" not in run:
+            return
+        if has_progress(run["out_dir"]):
+            print(f"progress is saved in {run['out_dir']}; once fixed, continue with: python prune.py --resume "
+                  f"{run['out_dir']}", file=sys.stderr)
+        elif run.get("created"):
             shutil.rmtree(run["out_dir"], ignore_errors=True)
 
     return run_command(body, argv, "python prune.py", cleanup, batch_options=BATCH_OPTIONS)

@@ -188,11 +188,11 @@ class ElasticScores:
             "num_blocks": len(self.head_scores), "min_mlp_keep": self.min_mlp_keep, "min_head_keep": self.min_head_keep,
             "settings": self.settings, "search": self.search, "splits": self.splits.to_dict(),
         }
-        text = json.dumps(header)
-        checksum = content_digest({"header": text, "tensors": tensors})
+        # one metadata entry (safetensors orders several at random: the file would not be byte-identical)
+        text = json.dumps({**header, CHECKSUM_KEY: content_digest({"header": header, "tensors": tensors})})
         size = sum(t.numel() * t.element_size() for t in tensors.values()) + len(text)
         with atomic_path(path, overwrite=overwrite, size=size) as tmp:
-            save_file(tensors, str(tmp), metadata={"snapvit": text, CHECKSUM_KEY: checksum})
+            save_file(tensors, str(tmp), metadata={"snapvit": text})
         return Path(path)
 
     @classmethod
@@ -208,8 +208,7 @@ class ElasticScores:
             with safe_open(str(path), framework="pt") as f:
                 metadata = f.metadata() or {}
                 tensors = {k: f.get_tensor(k) for k in f.keys()}
-            text = metadata.get("snapvit", "null")
-            header = json.loads(text)
+            header = json.loads(metadata.get("snapvit", "null"))
         except (*UNREADABLE_CHECKPOINT, json.JSONDecodeError) as err:
             raise CheckpointError(f"{path} is not a readable elastic-scores file ({err}); {fix}") from err
         if not isinstance(header, dict) or header.get("format") != FORMAT:
@@ -218,8 +217,8 @@ class ElasticScores:
         if not isinstance(version, int) or version > VERSION:
             raise CheckpointError(f"{path} has version {version}; upgrade snapvit-pl to read it")
         # versions 1-2 wrote no checksum; one present is always checked (a damaged version number too)
-        verify_checksum({"header": text, "tensors": tensors, **{k: v for k, v in metadata.items() if k == CHECKSUM_KEY}},
-                        path, fix, required=version >= 3)
+        recorded = {CHECKSUM_KEY: header.pop(CHECKSUM_KEY)} if CHECKSUM_KEY in header else {}
+        verify_checksum({"header": header, "tensors": tensors, **recorded}, path, fix, required=version >= 3)
         n = header["num_blocks"]
         try:
             heads, neurons = [tensors[f"heads.{b}"] for b in range(n)], [tensors[f"neurons.{b}"] for b in range(n)]

@@ -12,6 +12,7 @@ module are needed.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..errors import CheckpointError, SnapViTError
+from ..device import resolve_device
+from ..errors import CheckpointError, ConfigError, SnapViTError
 from ..io import atomic_path, sha256_file, verify_checksum, with_checksum
 from .hub import CHECKPOINT_FILES, download_pruned
 from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, load_backbone
@@ -83,6 +85,9 @@ def save_pruned(
 def read_record(path: str | Path) -> dict[str, Any]:
     """Read and check ``architecture.json`` of a pruned checkpoint directory."""
     record_path = Path(path) / RECORD
+    if Path(path).is_file():
+        raise CheckpointError(f"{path} is a file; a pruned checkpoint is the directory holding {WEIGHTS} and {RECORD} "
+                              "(give its directory)")
     if not record_path.is_file():
         raise CheckpointError(
             f"{record_path} not found; a pruned checkpoint is a directory with {WEIGHTS} and {RECORD} "
@@ -120,6 +125,15 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
         CheckpointError: missing or corrupt files, a record that does not fit its base model,
             or weights that do not match the record.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path must be a checkpoint directory or 'hf-hub:org/name', got {type(path).__name__}")
+    try:
+        device = resolve_device("cpu" if map_location is None else map_location)
+    except (RuntimeError, TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"map_location {map_location!r} is not a device; give 'cpu', 'cuda', 'cuda:1' or a "
+                          "torch.device") from None
     if isinstance(path, str) and path.startswith(HUB_PREFIX):
         path = download_pruned(path)
     path = Path(path)
@@ -141,7 +155,7 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
             "the record was edited or written for another architecture"
         ) from err
     try:
-        state = load_file(str(weights), device=str(map_location))
+        state = load_file(str(weights), device=str(device))
         model.load_state_dict(state, strict=True)
     except UNREADABLE_CHECKPOINT as err:
         raise CheckpointError(
