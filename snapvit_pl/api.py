@@ -21,7 +21,7 @@ from torch import nn
 from .elastic.scores import ElasticScores
 from .errors import ConfigError
 from .models.cost import check_images
-from .models.loading import BackboneSpec
+from .models.loading import BackboneSpec, check_finite
 from .models.modes import eval_mode
 from .models.units import prunable_blocks
 from .pipeline.driver import Pipeline
@@ -123,6 +123,7 @@ def _check_model(model: Any) -> None:
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model must be a timm ViT (a torch.nn.Module), got {type(model).__name__}")
     prunable_blocks(model)  # UnsupportedModelError naming what is supported
+    check_finite(model)
 
 
 def _settings(value: Any, kind: type, name: str) -> Any:

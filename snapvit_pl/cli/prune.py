@@ -266,6 +266,9 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         elif main_process:
             write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_unset=False))
             pipeline.save_progress()
+        if main_process:
+            # latency budgets: the table measured now, on the run's device; an unreachable one refused now
+            pipeline.check_latency(cli.trainer.strategy.root_device)
         signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule)

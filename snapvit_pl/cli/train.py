@@ -65,6 +65,26 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
     )
 
 
+def check_ckpt_path(argv: list[str]) -> None:
+    """Refuse a ``--ckpt_path`` file that is missing, not a file, or not a complete checkpoint (a truncated copy),
+    before LightningCLI reads it (``last``, ``best`` and ``hpc`` are Lightning's names, resolved by it)."""
+    import zipfile
+
+    from ..errors import CheckpointError
+
+    value = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--ckpt_path"), None)
+    value = value or next((a.split("=", 1)[1] for a in argv if a.startswith("--ckpt_path=")), None)
+    if value in (None, "", "null", "last", "best", "hpc"):
+        return
+    path = Path(value)
+    if not path.is_file():
+        what = "is a directory, not a checkpoint file" if path.is_dir() else "does not exist"
+        raise CheckpointError(f"--ckpt_path {value} {what}; give a .ckpt file, or last (the run's last checkpoint)")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"--ckpt_path {value} is not a complete checkpoint (truncated or not a Lightning "
+                              "checkpoint); give another .ckpt file, or last")
+
+
 def refuse_no_training(trainer: Any) -> None:
     """Refuse a ``fit`` that would train nothing: its exported model would be an untrained copy reported as trained."""
     for key in ("max_steps", "max_epochs", "limit_train_batches"):
@@ -83,6 +103,7 @@ def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
         from ..lightning.preemption import PreemptionCheckpoint
 
         check_config_files(argv)
+        check_ckpt_path(argv)
         preemption = PreemptionCheckpoint()
         try:
             train_cli(argv, pretrain=pretrain, preemption=preemption)

@@ -346,6 +346,12 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
                      ("n_local_views", n_local_views, 0)) if value < low]
         if max_samples is not None and max_samples < 1:
             problems.append(f"max_samples must be >= 1 (or null for the whole split), got {max_samples}")
+        problems += [f"{name} must lie in [0, 1], got {value}" for name, value in
+                     (("multicrop_color_jitter", multicrop_color_jitter), ("multicrop_hflip", multicrop_hflip))
+                     if not 0 <= value <= 1]
+        problems += [f"{name} must be (low, high) with 0 < low <= high <= 1, got {value}" for name, value in
+                     (("global_crop_scale", global_crop_scale), ("local_crop_scale", local_crop_scale))
+                     if len(tuple(value)) != 2 or not 0 < value[0] <= value[1] <= 1]
         if problems:
             raise ConfigError("data: " + "; ".join(problems))
         self.root, self.download = root, download

@@ -17,7 +17,7 @@ from .folders import (
     FOLDER_LAYOUTS, ImageList, ImageTree, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images,
 )
 from .transforms import check_augment_args, classification_transform
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 _FASHION_MNIST_NAMES = ("fashion_mnist", "fashionmnist", "fashion-mnist")
 _CLUTTER_NAME = "fashion_mnist_clutter"  # FashionMNISTClutter canvases of the Fashion-MNIST images
 
@@ -93,6 +93,8 @@ class ClassificationDataModule(VisionDataModule):
     ):
         super().__init__(root=root, download=download, **kwargs)
         self.save_hyperparameters()
+        if val_split is not None and not 0 < val_split < 1:
+            raise ConfigError(f"data: val_split must lie in (0, 1) (the share of images held out), got {val_split}")
         self.source, self.val_split, self.val_labels = source.lower(), val_split, val_labels
         self.train_augment_args = dict(train_augment_args or {})
         check_augment_args(self.train_augment_args)  # fail at construction, not at the first batch
@@ -148,7 +150,8 @@ class ClassificationDataModule(VisionDataModule):
     def _folder_split(self, split: str) -> Dataset:
         root = self.root
         if not os.path.isdir(root):
-            raise DataError(f"image folder root {root} does not exist; expected one of: {FOLDER_LAYOUTS}")
+            kind = "is a file, not a folder" if os.path.exists(root) else "does not exist"
+            raise DataError(f"image folder root {root} {kind}; expected one of: {FOLDER_LAYOUTS}")
         train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
         if os.path.isdir(train_dir) and os.path.isdir(val_dir):
             if split == "train":

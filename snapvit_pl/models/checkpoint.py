@@ -24,7 +24,7 @@ from ..device import resolve_device
 from ..errors import CheckpointError, ConfigError, SnapViTError
 from ..io import atomic_path, sha256_file, verify_checksum, with_checksum
 from .hub import CHECKPOINT_FILES, download_pruned
-from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, load_backbone
+from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, check_finite, load_backbone
 from .surgery import architecture, prune_
 from .units import Subnet
 
@@ -110,6 +110,26 @@ def read_record(path: str | Path) -> dict[str, Any]:
     return record
 
 
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Check a pruned checkpoint directory without loading the model: its record (and the record's checksum) and
+    its weights file against the checksum recorded; returns the record.
+
+    Raises:
+        CheckpointError: a missing, damaged or modified file.
+    """
+    path = Path(path)
+    record = read_record(path)
+    weights = path / WEIGHTS
+    if not weights.is_file():
+        raise CheckpointError(f"{weights} not found; the checkpoint directory is incomplete, re-export it")
+    if record.get("weights_sha256") and sha256_file(weights) != record["weights_sha256"]:
+        raise CheckpointError(
+            f"{weights} does not match the checksum in {path / RECORD} (truncated, modified or from another run); "
+            "re-export the checkpoint"
+        )
+    return record
+
+
 def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
     """Rebuild a pruned model from timm + its architecture record, then load its weights.
 
@@ -137,15 +157,8 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
     if isinstance(path, str) and path.startswith(HUB_PREFIX):
         path = download_pruned(path)
     path = Path(path)
-    record = read_record(path)
+    record = verify_checkpoint(path)
     weights = path / WEIGHTS
-    if not weights.is_file():
-        raise CheckpointError(f"{weights} not found; the checkpoint directory is incomplete, re-export it")
-    if record.get("weights_sha256") and sha256_file(weights) != record["weights_sha256"]:
-        raise CheckpointError(
-            f"{weights} does not match the checksum in {path / RECORD} (truncated, modified or from another run); "
-            "re-export the checkpoint"
-        )
     model = load_backbone(BackboneSpec.from_dict(record["base"]).architecture_only())
     try:
         prune_(model, Subnet.from_counts(record["heads"], record["mlp_hidden"]))
@@ -161,4 +174,5 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
         raise CheckpointError(
             f"weights {weights} do not match record {path / RECORD}: {' '.join(str(err).split())[:400]}"
         ) from err
+    check_finite(model, path)
     return model.eval(), record

@@ -121,6 +121,9 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
     kwargs = {k: _decode(v) for k, v in spec.model_kwargs.items()}
     if spec.checkpoint_path is not None:
         path = resolve_path(spec.checkpoint_path)
+        if path.is_dir():
+            raise CheckpointError(f"checkpoint_path {path} is a directory; give a weights file (a pruned checkpoint "
+                                  "directory is read by --checkpoint / load_pruned)")
         if not path.is_file():
             raise CheckpointError(f"checkpoint file not found: {path}; pass an existing weights file as checkpoint_path")
         kwargs["checkpoint_path"] = str(path)  # timm loads it strictly, classifier head included
@@ -138,7 +141,23 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
             else "no network? download once and pass checkpoint_path, or set pretrained: false"
         )
         raise CheckpointError(f"could not load {where}: {' '.join(str(err).split())[:300]}; {hint}") from err
+    check_finite(model, spec.checkpoint_path or spec.model_name)
     return model.eval()
+
+
+def check_finite(model: nn.Module, source: Any = "the model") -> None:
+    """Refuse weights holding NaN or infinity (a damaged file, a diverged training): every score and metric of such a
+    model would be meaningless.
+
+    Raises:
+        CheckpointError: naming the first such tensors and ``source``.
+    """
+    bad = [name for name, tensor in model.state_dict().items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise CheckpointError(f"the weights of {source} hold NaN or infinite values ({', '.join(bad[:3])}"
+                              f"{' ...' if len(bad) > 3 else ''}); the file is damaged or the training diverged: "
+                              "load other weights")
 
 
 def fingerprint(model: nn.Module) -> str:

@@ -76,7 +76,7 @@ def check_budgets(model: nn.Module, budgets: Sequence[Budget], importance: Impor
                                 min_mlp_keep=importance.min_mlp_keep, min_head_keep=importance.min_head_keep)
     cost = cost or CostModel(model)
     for budget in budgets:
-        if budget.latency is None:  # a latency target is checked once its table is measured
+        if budget.latency is None or cost.latency is not None:  # a latency target: once its table is measured
             placeholder.subnet(budget, cost, mlp_multiple)
 
 

@@ -96,6 +96,8 @@ class ExportSettings:
         if self.split not in ("fitness", "schedule") or self.split_candidates < 1:
             raise ConfigError(f"export.split must be 'fitness' or 'schedule' (got {self.split!r}) and "
                               f"split_candidates >= 1 (got {self.split_candidates})")
+        if self.latency_batch_size < 1:
+            raise ConfigError(f"export.latency_batch_size must be >= 1, got {self.latency_batch_size}")
         if not 0 < self.split_step < 1 or not 0 <= self.split_grid < 1:
             raise ConfigError(f"export.split_step must lie in (0, 1) (got {self.split_step}) and split_grid in [0, 1) "
                               f"(got {self.split_grid})")
