@@ -259,8 +259,8 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         created = main_process and not out_dir.exists()
         if main_process:  # one run at a time in a directory; the lock goes with this process
             out_dir.mkdir(parents=True, exist_ok=True)
-            run["lock"] = DirectoryLock(out_dir).acquire()
             run["out_dir"], run["created"] = out_dir, created  # (a refused run removes nothing: not its directory)
+            run["lock"] = DirectoryLock(out_dir).acquire()
         if resume_dir is not None:
             pipeline.load_state_dict(load_resume_state(resume_dir))
         elif main_process:
@@ -288,11 +288,14 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     def cleanup() -> None:  # a run that failed on bad input leaves nothing behind; one that made progress, a resume
-        if "lock" in run:
+        locked = "lock" in run  # (not when another run holds the directory)
+        if locked:
             run.pop("lock").release()
         if "out_dir" not in run:
             return
         if has_progress(run["out_dir"]):
+            if not locked:
+                return
             print(f"progress is saved in {run['out_dir']}; once fixed, continue with: python prune.py --resume "
                   f"{run['out_dir']}", file=sys.stderr)
         elif run.get("created"):

@@ -1,6 +1,7 @@
-"""A full disk (ENOSPC) or a file-size limit (EFBIG) while prune, extract or evaluate write: one ``error:`` line naming
-the file and the space it needs, no lock and no half-written file left, and the run afterwards (``--resume``, or the
-same command) ends with exactly the files of an uninterrupted run."""
+"""A full disk (ENOSPC) or a file-size limit (EFBIG) while prune, extract or evaluate write (the run lock included):
+one ``error:`` line naming the file and the space it needs, no lock and no half-written file left, and the run
+afterwards (``--resume``, or the same command) ends with exactly the files of an uninterrupted run. Likewise an image
+that fails only when it is read: the run stops with its progress saved, and ``--resume`` completes it."""
 import hashlib
 import json
 import resource
@@ -89,6 +90,30 @@ def test_prune_disk_full_then_resume_is_byte_identical(uninterrupted, tmp_path, 
     assert _artifacts(run) == expected
 
 
+def test_a_full_disk_while_taking_the_run_lock(uninterrupted, tmp_path, monkeypatch, capsys):
+    import errno
+
+    real_open = open
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def flush(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr("snapvit_pl.io.open", lambda *a, **k: Full(real_open(*a, **k)), raising=False)
+        code = main(["prune", *_tiny(run)])
+    _one_line(capsys, code, "cannot write", ".lock", "No space left on device")
+    assert not run.exists()  # nothing saved yet: the refused run leaves nothing, no stale lock either
+    assert main(["prune", *_tiny(run)]) == 0 and _artifacts(run) == uninterrupted[0]
+
+
 def test_extract_disk_full_then_the_same_command_is_byte_identical(uninterrupted, tmp_path, monkeypatch, capsys):
     scores = str(tmp_path / "scores.safetensors")
     run = Path(uninterrupted[1][uninterrupted[1].index("--out_dir") + 1])
@@ -122,3 +147,29 @@ def test_evaluate_over_a_file_size_limit_writes_nothing(uninterrupted, tmp_path)
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     assert 0 <= json.loads(out.read_text())["knn_top1"] <= 1
+
+
+def test_an_image_unreadable_only_when_read_leaves_a_run_that_resume_completes(uninterrupted, tmp_path, capsys):
+    """What cannot be checked up front (an image that fails only when decoded, found by the evaluation after the
+    expensive stages) stops the run with its progress saved; replaced, ``--resume`` completes it."""
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path / "images"
+    for split, count in (("train", 24), ("val", 6)):
+        for c, value in (("a", 40), ("b", 200)):
+            (root / split / c).mkdir(parents=True)
+            for i in range(count):
+                Image.fromarray(np.full((28, 28), value + i, np.uint8)).save(root / split / c / f"{i}.png")
+    bad = root / "val" / "b" / "3.png"
+    good = bad.read_bytes()
+    bad.write_bytes(good[:40])  # a truncated PNG: the header is fine, decoding fails
+    run = tmp_path / "run"
+    args = [*_tiny(run), "--data.init_args.source=folder", f"--data.init_args.root={root}",
+            "--evaluation.metrics=[knn]", "--evaluation.train_samples=20", "--evaluation.val_samples=12",
+            "--evaluation.knn_k=3", "--data.init_args.max_samples=32"]
+    err = _one_line(capsys, main(["prune", *args]), "cannot read image", "3.png")
+    assert f"continue with: python prune.py --resume {run}" in err and not (run / "report.json").exists()
+    bad.write_bytes(good)
+    assert main(["prune", "--resume", str(run), "--progress=off"]) == 0
+    assert (run / "report.json").exists() and not (run / ".lock").exists()

@@ -147,10 +147,63 @@ def world(tmp_path_factory) -> Path:
     (tmp / "images" / "a").mkdir(parents=True)
     for i in range(3):
         Image.fromarray(np.full((28, 28), 40 * i, np.uint8)).save(tmp / "images" / "a" / f"{i}.png")
+    _interrupted_run(tmp)
     ckpt = {"state_dict": {"model.x": torch.zeros(3)}, "epoch": 0, "global_step": 1}
     torch.save(ckpt, tmp / "good.ckpt")
     (tmp / "truncated.ckpt").write_bytes((tmp / "good.ckpt").read_bytes()[:200])
     return tmp
+
+
+def _interrupted_run(world: Path) -> None:
+    """``world/interrupted``: a tiny prune run with a latency budget that the disk filled up during the export
+    (its config, progress and latency table saved; what ``--resume`` reads)."""
+    from faults import disk_full_at
+
+    args = [a.replace("--export.budgets=[]", "") for a in _base_args("prune", world, world)]
+    args = _with(_with(_with(args, "--out_dir", str(world / "interrupted")), "--export.budgets",
+                       "[{latency: 1000}, {flops: 0.6}]"), "--export.latency_batch_size", "2")
+    with pytest.MonkeyPatch.context() as patch:
+        disk_full_at(patch, "snapvit_pl.models.checkpoint.save_file", 1)
+        assert main(args) == 2
+    assert {"config.yaml", "resume_state.pt", "latency_table.json"} <= {p.name for p in (world / "interrupted").iterdir()}
+
+
+#: A damaged artifact of a real run and the command that reads it: (file, how it is damaged, command, error names).
+ARTIFACT_CASES = [
+    ("resume_state.pt", "flip", ["prune", "--resume", "RUN"], "start the run again"),
+    ("resume_state.pt", "truncate", ["prune", "--resume", "RUN"], "start the run again"),
+    ("config.yaml", "edit", ["prune", "--resume", "RUN"], "changed since the run started"),
+    ("latency_table.json", "edit", ["prune", "--resume", "RUN"], "latency_table.json"),
+    ("latency_table.json", "edit", ["extract", "--scores", "WORLD/scores.safetensors", "--out_dir", "OUT/cut",
+                                    "--export.budgets=[{latency: 1000}]", "--export.latency_batch_size=2",
+                                    "--export.latency_table=RUN/latency_table.json"], "checksum"),
+]
+
+
+def _damage(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "flip":
+        data[len(data) // 2] ^= 0x08
+    elif how == "truncate":
+        data = data[: len(data) // 2]
+    else:  # an edit that keeps the file valid: a digit changed
+        i = max(i for i, c in enumerate(data) if chr(c).isdigit() and 0 < i < len(data) - 200)
+        data[i] = ord("7") if data[i] != ord("7") else ord("3")
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name, how, command, named", ARTIFACT_CASES,
+                         ids=[f"{n} {h} -> {c[0]}" for n, h, c, _ in ARTIFACT_CASES])
+def test_a_damaged_artifact_is_refused_by_its_reader(world, tmp_path, capsys, name, how, command, named):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(world / "interrupted", run)
+    _damage(run / name, how)
+    argv = [a.replace("RUN", str(run)).replace("WORLD", str(world)).replace("OUT", str(tmp_path)) for a in command]
+    before = _snapshot(world, run)
+    _clean(capsys, main(argv), named)
+    assert _snapshot(world, run) == before
 
 
 #: Bad files per file option: (command, option, the file under the world folder, what the error line names).
@@ -384,4 +437,4 @@ def test_the_python_api_raises_only_the_projects_errors(world):
 
 
 def test_the_matrix_is_large():
-    assert len(OPTION_CASES) + len(FILE_CASES) + len(OTHER_CASES) >= 250
+    assert len(OPTION_CASES) + len(FILE_CASES) + len(OTHER_CASES) + len(ARTIFACT_CASES) >= 250
