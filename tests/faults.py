@@ -77,3 +77,23 @@ def disk_full_at(monkeypatch, target: str, call: int) -> list[int]:
 
     monkeypatch.setattr(module, name, writer)
     return calls
+
+
+def full_disk_on_flush(monkeypatch, where: str = "snapvit_pl.io.open") -> None:
+    """Files opened through ``where`` (default: ``open`` inside snapvit_pl.io, i.e. the run lock) fail with ENOSPC
+    when their buffer is written out, as on a full disk."""
+    import builtins
+    import errno
+
+    class FullDisk:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def flush(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_open = builtins.open
+    monkeypatch.setattr(where, lambda *a, **k: FullDisk(real_open(*a, **k)), raising=False)

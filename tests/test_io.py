@@ -85,18 +85,9 @@ def test_a_full_disk_is_one_error_naming_the_path_and_the_space(tmp_path):
 
 
 def test_a_lock_that_cannot_be_written_leaves_no_lock_file(tmp_path, monkeypatch):
-    class FullDisk:
-        def __init__(self, handle):
-            self.handle = handle
+    from faults import full_disk_on_flush
 
-        def __getattr__(self, name):
-            return getattr(self.handle, name)
-
-        def flush(self):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda *a, **k: FullDisk(real_open(*a, **k)))
+    full_disk_on_flush(monkeypatch)
     with pytest.raises(StorageError, match=".lock"):
         DirectoryLock(tmp_path).acquire()
     monkeypatch.undo()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import disk_full_at
+from faults import disk_full_at, full_disk_on_flush
 from snapvit_pl.cli import main
 from snapvit_pl.data import find_fashion_mnist
 
@@ -91,23 +91,9 @@ def test_prune_disk_full_then_resume_is_byte_identical(uninterrupted, tmp_path, 
 
 
 def test_a_full_disk_while_taking_the_run_lock(uninterrupted, tmp_path, monkeypatch, capsys):
-    import errno
-
-    real_open = open
-
-    class Full:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __getattr__(self, name):
-            return getattr(self.handle, name)
-
-        def flush(self):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
     run = tmp_path / "run"
     with monkeypatch.context() as patch:
-        patch.setattr("snapvit_pl.io.open", lambda *a, **k: Full(real_open(*a, **k)), raising=False)
+        full_disk_on_flush(patch)
         code = main(["prune", *_tiny(run)])
     _one_line(capsys, code, "cannot write", ".lock", "No space left on device")
     assert not run.exists()  # nothing saved yet: the refused run leaves nothing, no stale lock either
