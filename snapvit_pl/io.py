@@ -110,7 +110,7 @@ def _feed(digest: Any, value: Any) -> None:
 
         tensor = value.detach().cpu().contiguous().reshape(-1)
         digest.update(f"T{tensor.dtype}{tuple(value.shape)}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.view(torch.uint8).numpy())  # the buffer itself, no copy
     elif value is None or isinstance(value, (str, int, float, bool)):
         digest.update(json.dumps(value).encode())
     else:

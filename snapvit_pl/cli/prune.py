@@ -46,7 +46,9 @@ def settings_groups() -> dict[str, type]:
 def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1]) -> None:
     """Refuse a run directory that cannot be one, or that already holds results (unless ``overwrite``)."""
     check_output_dir(out_dir, "--out_dir")
-    existing = [name for name in dict.fromkeys((*RESULT_FILES, scores_file)) if (out_dir / name).exists()]
+    inside = not Path(scores_file).is_absolute() and ".." not in Path(scores_file).parts  # (else refused later)
+    names = (*RESULT_FILES, scores_file) if inside else RESULT_FILES
+    existing = [name for name in dict.fromkeys(names) if (out_dir / name).exists()]
     if existing and not overwrite:
         raise ConfigError(
             f"{out_dir} already holds results ({', '.join(existing)}); pass --overwrite true to replace them "
