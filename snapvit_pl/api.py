@@ -10,15 +10,20 @@ Lightning.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Optional
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Iterator, Optional
 
 import torch
 from torch import nn
 
 from .elastic.scores import ElasticScores
 from .errors import ConfigError
-from .models.loading import BackboneSpec
+from .models.cost import check_images
+from .models.loading import BackboneSpec, check_finite
 from .models.modes import eval_mode
+from .models.units import prunable_blocks
 from .pipeline.driver import Pipeline
 from .pipeline.importance import scoring_views
 from .pipeline.inputs import TensorInputs
@@ -65,15 +70,25 @@ def fit_elastic(
     Returns:
         the elastic scores: ``scores.extract(model, flops=0.5)`` cuts a model, ``scores.save(path)`` stores them.
     """
+    _check_model(model)
+    if isinstance(loader, (str, bytes)) or not isinstance(loader, Iterable):
+        raise ConfigError(f"loader must be an iterable of image batches (e.g. a DataLoader), got "
+                          f"{type(loader).__name__}; e.g. datamodule.unlabeled_dataloader(views='multicrop')")
+    if scorer is not None and not isinstance(scorer, Scorer):
+        raise ConfigError(f"scorer must be a snapvit_pl.scoring.Scorer (e.g. OutputSensitivity()), got "
+                          f"{type(scorer).__name__}")
     if scorer is not None and importance is not None:
         raise ConfigError("give the scorer either as scorer= or inside importance=, not both")
-    importance = importance or ImportanceSettings(scorer)
-    settings = PipelineSettings(importance=importance, search=search or SearchSettings(),
-                                export=export or ExportSettings())
+    importance = _settings(importance, ImportanceSettings, "importance") or ImportanceSettings(scorer)
+    settings = PipelineSettings(importance=importance,
+                                search=_settings(search, SearchSettings, "search") or SearchSettings(),
+                                export=_settings(export, ExportSettings, "export") or ExportSettings())
+    if fitness_images is not None:
+        check_images(model, fitness_images, "fitness_images")
     views = scoring_views(importance.scorer)
     collected: list[torch.Tensor] = []
     wanted = settings.search.num_images if fitness_images is None else 0
-    batches = _scoring_batches(loader, views, collected, wanted, crop_seed)
+    batches = _scoring_batches(loader, views, collected, wanted, crop_seed, model)
     inputs = TensorInputs(fitness_images)
     pipeline = Pipeline(model, settings, spec=spec, inputs=inputs, progress=progress)
     with eval_mode(model):
@@ -100,8 +115,32 @@ def _needs_images(settings: PipelineSettings) -> bool:
     return settings.search.max_evaluations > 0 or settings.export.split == "fitness"
 
 
+def _check_model(model: Any) -> None:
+    """A supported timm ViT, or one error saying what was given and how to get one."""
+    if isinstance(model, (str, Path)):
+        raise ConfigError(f"fit_elastic takes the model itself, got the path or name {str(model)!r}; load it first: "
+                          "snapvit_pl.models.load_backbone(BackboneSpec(name_or_file...)) or timm.create_model(...)")
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model must be a timm ViT (a torch.nn.Module), got {type(model).__name__}")
+    prunable_blocks(model)  # UnsupportedModelError naming what is supported
+    check_finite(model)
+
+
+def _settings(value: Any, kind: type, name: str) -> Any:
+    """A stage's settings: as given, or built from a mapping of its fields (``search={"max_evaluations": 0}``)."""
+    if value is None or isinstance(value, kind):
+        return value
+    if isinstance(value, Mapping):
+        known = {f.name for f in fields(kind)}
+        unknown = sorted(set(map(str, value)) - known)
+        if unknown:
+            raise ConfigError(f"{name}= has unknown keys {unknown}; {kind.__name__} takes {', '.join(sorted(known))}")
+        return kind(**value)
+    raise ConfigError(f"{name}= must be a {kind.__name__} (or a mapping of its fields), got {type(value).__name__}")
+
+
 def _scoring_batches(loader: Iterable[Any], views: str, collected: list[torch.Tensor], wanted: int,
-                     crop_seed: int) -> Iterator[Any]:
+                     crop_seed: int, model: nn.Module) -> Iterator[Any]:
     """The loader's batches in the form the scorer needs, keeping the first ``wanted`` plain images aside."""
     from .data.transforms import BatchMultiCrop
 
@@ -109,6 +148,7 @@ def _scoring_batches(loader: Iterable[Any], views: str, collected: list[torch.Te
     kept = 0
     for batch in loader:
         images, labels = split_batch(batch)
+        check_images(model, images, "the loader's images")
         if images.dim() == 4 and kept < wanted:
             collected.append(images[: wanted - kept].detach().cpu())
             kept += len(collected[-1])

@@ -29,6 +29,50 @@ class ConfigError(SnapViTError, ValueError):
     """A command-line or YAML setting is invalid or conflicts with existing files."""
 
 
+class StorageError(SnapViTError, OSError):
+    """A file could not be written or read: no space left, a file-size limit, no permission, a read-only disk."""
+
+
+def storage_error(err: OSError, path: "str | None" = None, needed: "int | None" = None,
+                  written: "int | None" = None) -> StorageError:
+    """The one mapping of an operating-system error to a line for the user: the path, what went wrong, and (disk
+    full, file-size limit) the space needed and the space free there."""
+    import errno
+    import os
+    import shutil
+
+    path = path or err.filename or "a file"
+    reason = err.strerror or str(err) or type(err).__name__
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        folder = os.path.dirname(os.path.abspath(path))
+        while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+            folder = os.path.dirname(folder)
+        try:
+            free = f"{_size(shutil.disk_usage(folder).free)} free in {folder}"
+        except OSError:
+            free = "free space unknown"
+        need = (f"it needs about {_size(needed)}" if needed else
+                f"it needs more than the {_size(written)} written" if written else "it needs more space")
+        need = f"{need}, {free}"
+        fix = ("raise the file-size limit (ulimit -f) or write elsewhere" if err.errno == errno.EFBIG else
+               "free some space there or choose another output location")
+        return StorageError(f"cannot write {path}: {reason} ({need}); {fix}")
+    fixes = {errno.EACCES: "check its permissions or choose another location",
+             errno.EPERM: "check its permissions or choose another location",
+             errno.EROFS: "the file system is read-only; choose a writable location",
+             errno.ENOENT: "check the path", errno.EISDIR: "give a file path, not a directory",
+             errno.ENOTDIR: "a part of the path is a file, not a directory; check the path"}
+    return StorageError(f"{path}: {reason}; {fixes.get(err.errno, 'check the path and the disk')}")
+
+
+def _size(num_bytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(num_bytes) < 1000 or unit == "TB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1000
+    return ""
+
+
 def config_error(err: BaseException, command: str) -> "ConfigError":
     """A configuration parser's (jsonargparse) error as one line: the deepest key named and why it was refused."""
     import re

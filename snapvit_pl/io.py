@@ -2,13 +2,19 @@
 resolved against the snapvit-pl checkout too (the shipped assets)."""
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
+
+from .errors import CheckpointError, ConfigError, SnapViTError, storage_error
 
 from .errors import CheckpointError
 
@@ -31,38 +37,147 @@ def weights_file(path: str | os.PathLike) -> Path:
         CheckpointError: there is no such file.
     """
     resolved = resolve_path(path)
+    if resolved.is_dir():
+        raise CheckpointError(f"checkpoint_path {resolved} is a directory; give a weights file (a pruned checkpoint "
+                              "directory is read by --checkpoint / load_pruned)")
     if not resolved.is_file():
         raise CheckpointError(f"checkpoint file not found: {resolved}; pass an existing weights file as checkpoint_path")
     return resolved
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, overwrite: bool = True, replaces: Optional[Callable[[Path], bool]] = None,
+                size: Optional[int] = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``.
 
     Works for files and directories. On any exception the temporary file or directory is
     removed, so ``path`` is either its old self or complete, never half-written. What is renamed
     into place gets the permissions the umask gives new files (the temporary directory itself is
     private, and some writers create 0600 files).
+
+    A directory already at ``path`` is never removed unless ``replaces(path)`` says it is one this kind of
+    writer made (an earlier pruned checkpoint): anything else there is refused (``ConfigError``) before
+    anything is written. Running out of space (or into a file-size limit) is a ``StorageError`` naming
+    ``path`` and the space needed (``size``, or what was written before the disk filled up).
     """
     path = Path(path)
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    target = tmp / path.name
+        raise ConfigError(f"{path} already exists; pass overwrite=True (or --overwrite true) to replace it")
+    replace_dir = path.is_dir()
+    if replace_dir and (path.is_symlink() or replaces is None or not replaces(path)):
+        kind = "a link to a directory" if path.is_symlink() else "a directory"
+        what = "a file path" if replaces is None else "a new path (it is not one this writer made)"
+        raise ConfigError(f"{path} is {kind}; nothing was written there: give {what}")
+    target = None
+    created = next((p for p in reversed(path.parents) if not p.exists()), None)  # the first folder this makes
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        target = tmp / path.name
         yield target
         _follow_umask(target)
-        if path.is_dir() and not path.is_symlink():
+        if replace_dir:
             trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.replace(path, trash / path.name)
             os.replace(target, path)
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(target, path)
+    except BaseException as err:
+        written = _written(target)
+        if target is not None:
+            shutil.rmtree(target.parent, ignore_errors=True)
+        if created is not None:  # the folders made for it, if empty again
+            for folder in [path.parent, *path.parent.parents][:len(path.parent.parts) - len(created.parent.parts)]:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) \
+                and not isinstance(err, SnapViTError):
+            raise storage_error(err, str(path), needed=size, written=written) from err
+        raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if target is not None:
+            shutil.rmtree(target.parent, ignore_errors=True)
+
+
+def _written(target: Optional[Path]) -> Optional[int]:
+    """Bytes written at ``target`` so far (a lower bound of what it needs)."""
+    if target is None or not target.exists():
+        return None
+    files = [target] if target.is_file() else [p for p in target.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files) or None
+
+
+CHECKSUM_KEY = "sha256"
+
+
+def content_digest(data: Any) -> str:
+    """sha256 of a nested structure: mappings (by key), lists and tuples, tensors (dtype, shape, bytes) and JSON
+    values. The same content gives the same digest whether it was read back from JSON (string keys, lists) or from
+    ``torch.load``; other objects count by their type only."""
+    digest = hashlib.sha256()
+    _feed(digest, data)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, value: Any) -> None:
+    if isinstance(value, Mapping):
+        digest.update(b"{")
+        for key in sorted(value, key=str):
+            _feed(digest, str(key))
+            _feed(digest, value[key])
+        digest.update(b"}")
+    elif isinstance(value, (list, tuple)):
+        digest.update(b"[")
+        for item in value:
+            _feed(digest, item)
+        digest.update(b"]")
+    elif _is_tensor(value):
+        import torch
+
+        tensor = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"T{tensor.dtype}{tuple(value.shape)}".encode())
+        digest.update(tensor.view(torch.uint8).numpy())  # the buffer itself, no copy
+    elif value is None or isinstance(value, (str, int, float, bool)):
+        digest.update(json.dumps(value).encode())
+    else:
+        digest.update(f"<{type(value).__qualname__}>".encode())
+
+
+def _is_tensor(value: Any) -> bool:
+    """A torch tensor (without importing torch for JSON-only data)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def with_checksum(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its :func:`content_digest` added under :data:`CHECKSUM_KEY`."""
+    return {**data, CHECKSUM_KEY: content_digest(data)}
+
+
+def verify_checksum(data: dict[str, Any], path: str | os.PathLike, fix: str, required: bool = True) -> dict[str, Any]:
+    """``data`` without its checksum, after checking it (``CheckpointError`` naming ``path`` and ``fix`` when it
+    does not match, or is missing where ``required``): the one reader of what :func:`with_checksum` wrote."""
+    data = dict(data)
+    recorded = data.pop(CHECKSUM_KEY, None)
+    if recorded is None and not required:
+        return data
+    if recorded is None:
+        raise CheckpointError(f"{path} carries no checksum (damaged, or written by an older snapvit-pl); {fix}")
+    if recorded != content_digest(data):
+        raise CheckpointError(f"{path} does not match its checksum (damaged or modified since it was written); {fix}")
+    return data
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _umask() -> int:
@@ -81,7 +196,7 @@ def _follow_umask(target: Path) -> None:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, size=len(text.encode())) as tmp:
         tmp.write_text(text)
     return Path(path)
 
@@ -111,9 +226,10 @@ class DirectoryLock:
         """Take the lock, or refuse (``ConfigError``) while another process holds it."""
         import fcntl
 
-        from .errors import ConfigError
-
-        handle = open(self.path, "a+")
+        try:
+            handle = open(self.path, "a+")
+        except OSError as err:
+            raise storage_error(err, str(self.path)) from err
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -122,18 +238,25 @@ class DirectoryLock:
             handle.close()
             raise ConfigError(f"{self.path.parent} is in use by another run ({holder}); wait until it ends, or choose "
                               f"another {self.what}") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {os.uname().nodename}")
-        handle.flush()
         self._file = handle
+        try:  # who holds it, for the refusal of a second run (the lock itself is the flock)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {os.uname().nodename}")
+            handle.flush()
+        except OSError as err:  # a full disk: no lock file left behind
+            self.release()
+            raise storage_error(err, str(self.path)) from err
         return self
 
     def release(self) -> None:
         """Give the lock up (and remove its file)."""
         if self._file is not None:
             self.path.unlink(missing_ok=True)
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:  # what a full disk did not take; the file is gone already
+                pass
             self._file = None
 
     def __enter__(self) -> "DirectoryLock":

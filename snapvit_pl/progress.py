@@ -45,7 +45,9 @@ def resolve_mode(mode: ProgressMode | bool, stream: Optional[TextIO] = None) -> 
     elif mode is False or mode is None:
         mode = "off"
     if mode not in MODES:
-        raise ValueError(f"progress mode must be one of {', '.join(MODES)}, got {mode!r}")
+        from .errors import ConfigError
+
+        raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {mode!r}")
     if mode != "auto":
         return mode
     stream = stream or sys.stderr
@@ -85,8 +87,8 @@ class Progress:
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        self.close(finished=kind is None)
 
     def update(self, steps: int = 1, **fields: Any) -> None:
         """``steps`` more done; ``fields`` (e.g. ``best=0.042``) are shown next to the count from now on."""
@@ -104,16 +106,17 @@ class Progress:
         """Show ``fields`` without a step."""
         self.update(0, **fields)
 
-    def close(self) -> None:
-        """End the stage: the bar closes; in ``lines`` mode a last line says it is done."""
+    def close(self, finished: bool = True) -> None:
+        """End the stage: the bar closes; in ``lines`` mode a last line says it is done (``finished``) or stopped (an
+        interruption or an error)."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
         elif self.mode == "lines" and self.started is not None:
-            self._line(finished=True)
+            self._line(finished=True if finished else None)
         self.mode = "off"
 
-    def _line(self, finished: bool = False) -> None:
+    def _line(self, finished: Optional[bool] = False) -> None:
         now = time.perf_counter()
         elapsed = now - self.started
         count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
@@ -122,7 +125,9 @@ class Progress:
             parts[0] += f" ({100 * self.done / self.total:.0f}%)"
         parts.append(f"elapsed {_clock(elapsed)}")
         new = self.done - self.initial
-        if finished:
+        if finished is None:
+            parts.append("stopped")
+        elif finished:
             parts.append("done")
         elif self.total and new > 0:
             parts.append(f"ETA {_clock(elapsed / new * (self.total - self.done))}")

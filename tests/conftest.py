@@ -9,9 +9,9 @@ import torch
 # and two threads on a busy 2-core machine spin-wait in OpenMP (measured: 7x slower under load).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# tests/<pkg>/ helper modules (e.g. tests/models/families.py, tests/search/ask_tell.py, tests/cli/run_helpers.py) are
-# importable by name.
-for _helpers in ("models", "search", "cli"):
+# tests/<pkg>/ helper modules (e.g. tests/models/families.py, tests/search/ask_tell.py, tests/cli/run_helpers.py,
+# tests/faults.py) are importable by name.
+for _helpers in ("", "models", "search", "cli"):
     sys.path.insert(0, str(Path(__file__).parent / _helpers))
 
 

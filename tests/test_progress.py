@@ -39,5 +39,14 @@ def test_modes():
     with Progress("export", 2, "off", stream=stream) as bar:
         bar.update(2)
     assert stream.getvalue() == ""
-    with pytest.raises(ValueError, match="progress mode"):
+    with pytest.raises(ValueError, match="--progress must be one of"):
         resolve_mode("loud")
+
+
+def test_a_stage_cut_short_says_stopped_not_done():
+    stream = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        with Progress("export", 4, "lines", unit="model", interval=3600, stream=stream) as bar:
+            bar.update(1)
+            raise KeyboardInterrupt
+    assert stream.getvalue().splitlines() == ["[snapvit] export: 1/4 models (25%), elapsed 0:00, stopped"]

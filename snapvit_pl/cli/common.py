@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from ..errors import ConfigError, SnapViTError, config_error, exit_with_error
+from ..errors import ConfigError, SnapViTError, config_error, exit_with_error, storage_error
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PRUNE_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
@@ -124,6 +124,12 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
         if cleanup is not None:
             cleanup()
         return exit_with_error(cause if not verbose else err, verbose)
+    except OSError as err:  # the one place an operating-system error (disk full, no permission) becomes a line
+        if cleanup is not None:
+            cleanup()
+        mapped = storage_error(err)
+        mapped.__cause__ = err  # --verbose shows where it happened
+        return exit_with_error(mapped, verbose)
     except (RuntimeError, MemoryError) as err:
         if not (out_of_memory(err) or isinstance(err, MemoryError)):
             raise
@@ -136,13 +142,50 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
 
 def check_config_files(argv: Sequence[str]) -> None:
     """Refuse a ``--config`` that names no file (LightningCLI would read the path as YAML text and report a
-    missing section instead)."""
+    missing section instead), and one that is not a readable YAML mapping (:func:`read_config`)."""
     for i, arg in enumerate(argv):
         value = argv[i + 1] if arg in ("--config", "-c") and i + 1 < len(argv) else (
             arg.split("=", 1)[1] if arg.startswith("--config=") else None)
-        if value is not None and not Path(value).is_file() and not value.lstrip().startswith(("{", "\n")) \
-                and ":" not in value:
+        if value is None:
+            continue
+        if Path(value).is_file():
+            read_config(value)
+        elif Path(value).exists():
+            raise ConfigError(f"--config {value} is a directory, not a file; give a YAML file")
+        elif not value.lstrip().startswith(("{", "\n")) and ":" not in value:
             raise ConfigError(f"--config {value}: no such file; give a YAML file (e.g. configs/prune/demo.yaml)")
+
+
+def read_config(path: str | Path) -> tuple[str, dict[str, Any]]:
+    """A ``--config`` file's text and its YAML mapping; one ``ConfigError`` naming the file (and the line) when it
+    cannot be read, is not UTF-8, is not valid YAML, is empty or is not a mapping of settings."""
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read --config {path} ({err.strerror or err})") from err
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ConfigError(f"--config {path} is not UTF-8 text (byte 0x{raw[err.start]:02x} on line {line}); save it "
+                          "as UTF-8") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" on line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"--config {path} is not valid YAML{where}: {problem}") from None
+    if data is None:
+        raise ConfigError(f"--config {path} is empty; give a YAML mapping of settings (e.g. search: "
+                          "{max_evaluations: 0})")
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path} holds a {type(data).__name__}, not a mapping of settings; write it as "
+                          "group: {key: value} lines (e.g. search: {max_evaluations: 0})")
+    return text, data
 
 
 def help_formatter():
@@ -169,14 +212,12 @@ def config_action(sections: Iterable[str]):
             text = None
             path = Path(str(values))
             if path.is_file():
+                text, data = read_config(path)
+            else:
                 try:
-                    text = path.read_text()
-                except OSError as err:
-                    raise ConfigError(f"cannot read --config {path} ({err.strerror or err})") from err
-            try:
-                data = yaml.safe_load(text if text is not None else str(values))
-            except yaml.YAMLError:
-                data = None
+                    data = yaml.safe_load(str(values))
+                except yaml.YAMLError:
+                    data = None
             if isinstance(data, dict) and any(key in foreign for key in data):
                 values = yaml.safe_dump({k: v for k, v in data.items() if k not in foreign}, sort_keys=False)
             elif text is None and not isinstance(data, dict):

@@ -44,6 +44,8 @@ def _deploy(argv: list[str]) -> int:
     from ..models import input_shape, load_pruned
 
     args = build_parser().parse_args(argv)
+    if args.opset < 7 or args.batch_size < 1:
+        raise ConfigError(f"--opset must be >= 7 (got {args.opset}) and --batch_size >= 1 (got {args.batch_size})")
     if args.out is None:
         if args.checkpoint.startswith("hf-hub:"):
             raise ConfigError(f"--checkpoint {args.checkpoint} has no local directory to write the ONNX file into; "
@@ -59,6 +61,11 @@ def _deploy(argv: list[str]) -> int:
         path = export_onnx(model, args.out, opset=args.opset)
     except OSError as err:
         raise ConfigError(f"cannot write {args.out} ({err.strerror or err}); choose a writable --out") from err
+    except RuntimeError as err:
+        if "opset" not in str(err).lower():
+            raise
+        raise ConfigError(f"--opset {args.opset} is not supported by this PyTorch's ONNX exporter ({err}); the default "
+                          "is 17") from err
     print(f"wrote {path} (opset {args.opset}, dynamic batch)")
     if args.check:
         diff = check_onnx(model, path, batch_size=args.batch_size)

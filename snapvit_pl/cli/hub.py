@@ -38,7 +38,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _hub(argv: list[str]) -> int:
     from ..errors import ConfigError, SnapViTError
-    from ..models.checkpoint import read_record
+    from ..models.checkpoint import verify_checkpoint
     from ..models.publish import model_card, push_to_hub
 
     args = build_parser().parse_args(argv)
@@ -47,7 +47,7 @@ def _hub(argv: list[str]) -> int:
     if "/" not in options.repo:
         raise ConfigError(f"--repo {options.repo!r} must be org/name (your user name or an organisation, then the model)")
     if command == "card":
-        print(model_card(read_record(options.checkpoint), options.repo))
+        print(model_card(verify_checkpoint(options.checkpoint), options.repo))
         return 0
     try:
         url = push_to_hub(options.checkpoint, options.repo, private=options.private, token=options.token)

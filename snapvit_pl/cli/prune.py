@@ -71,10 +71,12 @@ def check_before_imports(argv: list[str]) -> None:
     check_inputs(values)
 
 
-def check_run_dir(out_dir: Path, overwrite: bool) -> None:
+def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1]) -> None:
     """Refuse a run directory that cannot be one, or that already holds results (unless ``overwrite``)."""
     check_output_dir(out_dir, "--out_dir")
-    existing = [name for name in RESULT_FILES if (out_dir / name).exists()]
+    inside = not Path(scores_file).is_absolute() and ".." not in Path(scores_file).parts  # (else refused later)
+    names = (*RESULT_FILES, scores_file) if inside else RESULT_FILES
+    existing = [name for name in dict.fromkeys(names) if (out_dir / name).exists()]
     if existing and not overwrite:
         raise ConfigError(
             f"{out_dir} already holds results ({', '.join(existing)}); pass --overwrite true to replace them "
@@ -224,7 +226,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
                                       "it computes; resume without these overrides, or start a new run (another "
                                       "--out_dir) with them")
             out_dir = Path(config.out_dir or Path("runs") / "prune" / time.strftime("%Y%m%d-%H%M%S"))
-            check_run_dir(out_dir, config.overwrite)
+            check_run_dir(out_dir, config.overwrite, config.export.scores_file)
             config.out_dir = str(out_dir)
             config.trainer.default_root_dir = str(out_dir)
             trainer = config.trainer
@@ -319,14 +321,17 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         created = main_process and not out_dir.exists()
         if main_process:  # one run at a time in a directory; the lock goes with this process
             out_dir.mkdir(parents=True, exist_ok=True)
-            run["lock"] = DirectoryLock(out_dir).acquire()
             run["out_dir"], run["created"] = out_dir, created  # (a refused run removes nothing: not its directory)
+            run["lock"] = DirectoryLock(out_dir).acquire()
         if resume_dir is not None:
             pipeline.load_state_dict(load_resume_state(resume_dir))
         elif main_process:
             write_text_atomic(out_dir / "config.yaml", cli.parser.dump(cli.config, skip_unset=False))
             pipeline.save_progress()
-        signal.signal(signal.SIGTERM, _raise_interrupted)
+        if main_process:
+            # latency budgets: the table measured now, on the run's device; an unreachable one refused now
+            pipeline.check_latency(cli.trainer.strategy.root_device)
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted)  # restored below: a caller's handler stays its own
         try:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule)
             if "lock" in run:
@@ -344,15 +349,24 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             else:
                 print("interrupted before anything was saved; start the run again", file=sys.stderr)
             return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         return 0
 
-    def cleanup() -> None:  # a run that failed on bad input leaves nothing behind
-        if "lock" in run:
+    def cleanup() -> None:  # a run that failed on bad input leaves nothing behind; one that made progress, a resume
+        locked = "lock" in run  # (not when another run holds the directory)
+        if locked:
             run.pop("lock").release()
-        if run.get("created"):
-            from ..pipeline.resume import has_progress
+        if "out_dir" not in run:
+            return
+        from ..pipeline.resume import has_progress
 
-            if not has_progress(run["out_dir"]):
-                shutil.rmtree(run["out_dir"], ignore_errors=True)
+        if has_progress(run["out_dir"]):
+            if not locked:
+                return
+            print(f"progress is saved in {run['out_dir']}; once fixed, continue with: python prune.py --resume "
+                  f"{run['out_dir']}", file=sys.stderr)
+        elif run.get("created"):
+            shutil.rmtree(run["out_dir"], ignore_errors=True)
 
     return run_command(body, argv, "python prune.py", cleanup, batch_options=BATCH_OPTIONS)

@@ -2,9 +2,11 @@
 ``snapvit-pl pretrain``: the same over a :class:`SelfDistillationModule` (DINO training without labels)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
+from ..errors import ConfigError
 from .common import check_config_files, run_command, tensorboard_logger
 
 
@@ -16,9 +18,10 @@ def finetune_dir(checkpoint: str | Path) -> Path:
     return Path("runs") / "finetune" / name
 
 
-def train_cli(argv: list[str], run: bool = True, pretrain: bool = False):
+def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preemption: Any = None):
     """``train.py``'s LightningCLI (parsed, instantiated and, with ``run``, run); with ``pretrain``, the
-    self-supervised (DINO) training of ``snapvit-pl pretrain``."""
+    self-supervised (DINO) training of ``snapvit-pl pretrain``. ``preemption``: the
+    :class:`~snapvit_pl.lightning.preemption.PreemptionCheckpoint` to install (default: a new one)."""
     import torch
     from pytorch_lightning.cli import LightningCLI
 
@@ -39,15 +42,20 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False):
 
         def before_instantiate_classes(self) -> None:
             config = self.config[self.subcommand] if self.subcommand else self.config
+            if self.subcommand == "fit":
+                refuse_no_training(config.trainer)
             if config.trainer.default_root_dir is None and config.model.get("checkpoint"):
                 config.trainer.default_root_dir = str(finetune_dir(config.model.checkpoint))
             if config.trainer.logger in (None, True):  # TensorBoard in the run directory, as prune.py
                 config.trainer.logger = tensorboard_logger(config.trainer.default_root_dir or "runs/train")
 
         def instantiate_trainer(self, **kwargs):
+            from ..lightning.preemption import PreemptionCheckpoint
             from .prune import build_trainer
 
-            return build_trainer(super().instantiate_trainer, **kwargs)
+            trainer = build_trainer(super().instantiate_trainer, **kwargs)
+            trainer.callbacks.append(preemption or PreemptionCheckpoint())  # SIGTERM: a checkpoint to continue from
+            return trainer
 
     return TrainCLI(
         module_class, VisionDataModule, subclass_mode_data=True, args=argv, run=run, seed_everything_default=0,
@@ -57,13 +65,57 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False):
     )
 
 
+def check_ckpt_path(argv: list[str]) -> None:
+    """Refuse a ``--ckpt_path`` file that is missing, not a file, or not a complete checkpoint (a truncated copy),
+    before LightningCLI reads it (``last``, ``best`` and ``hpc`` are Lightning's names, resolved by it)."""
+    import zipfile
+
+    from ..errors import CheckpointError
+
+    value = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--ckpt_path"), None)
+    value = value or next((a.split("=", 1)[1] for a in argv if a.startswith("--ckpt_path=")), None)
+    if value in (None, "", "null", "last", "best", "hpc"):
+        return
+    path = Path(value)
+    if not path.is_file():
+        what = "is a directory, not a checkpoint file" if path.is_dir() else "does not exist"
+        raise CheckpointError(f"--ckpt_path {value} {what}; give a .ckpt file, or last (the run's last checkpoint)")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"--ckpt_path {value} is not a complete checkpoint (truncated or not a Lightning "
+                              "checkpoint); give another .ckpt file, or last")
+
+
+def refuse_no_training(trainer: Any) -> None:
+    """Refuse a ``fit`` that would train nothing: its exported model would be an untrained copy reported as trained."""
+    for key in ("max_steps", "max_epochs", "limit_train_batches"):
+        value = trainer.get(key) if hasattr(trainer, "get") else getattr(trainer, key, None)
+        if value is not None and not isinstance(value, bool) and value == 0:
+            raise ConfigError(f"--trainer.{key} 0 trains nothing: the exported model would be an untrained copy of the "
+                              f"input; give --trainer.{key} > 0 (python train.py validate evaluates without training)")
+
+
 def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
     """Entry point of ``train.py`` (LightningCLI subcommands ``fit``, ``validate``, ``test``); with ``pretrain``,
-    of ``snapvit-pl pretrain``."""
+    of ``snapvit-pl pretrain``. A run stopped by SIGTERM saves a checkpoint and exits with status 130."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
 
     def body(argv: list[str]) -> int:
+        from ..lightning.preemption import PreemptionCheckpoint
+
         check_config_files(argv)
-        train_cli(argv, pretrain=pretrain)
+        check_ckpt_path(argv)
+        preemption = PreemptionCheckpoint()
+        try:
+            train_cli(argv, pretrain=pretrain, preemption=preemption)
+        except SIGTERMException:
+            if preemption.path is None:
+                print("interrupted (SIGTERM) before training began; nothing was saved, start the run again",
+                      file=sys.stderr)
+            else:
+                how = "--ckpt_path last" if preemption.found_by_last else f"--ckpt_path {preemption.path}"
+                print(f"interrupted (SIGTERM): the training state is saved in {preemption.path}; continue with the "
+                      f"same command and {how}", file=sys.stderr)
+            return 130
         return 0
 
     return run_command(body, argv, "snapvit-pl pretrain" if pretrain else "python train.py", keep_verbose=False,

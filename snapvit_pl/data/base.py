@@ -1,6 +1,7 @@
 """Shared pieces of the DataModules: image reading, seeded balanced subsets, the base module."""
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 from abc import ABCMeta, abstractmethod
@@ -29,15 +30,41 @@ Views = Literal["plain", "multicrop"]
 SPLITS = ("train", "val")
 
 
-def read_image(path: str) -> Image.Image:
-    """Decode an image file fully; raise DataError naming the path when it cannot be read."""
+#: Single-channel modes of more than 8 bits: 16-bit PNG / TIFF (``I;16*``) and 32-bit integers (``I``).
+WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def read_image(path: str, raw: bool = False) -> Image.Image:
+    """Decode an image file fully; raise DataError naming the path when it cannot be read.
+
+    A 16-bit grayscale image is scaled to 8 bits (``L``: 0..65535 -> 0..255; converting it directly would
+    saturate it); a 32-bit float image, or integers outside 0..65535, are refused. ``raw``: keep the stored
+    values (class-index masks).
+    """
     try:
         with Image.open(path) as image:
             image.load()
-            return image
+    except Image.DecompressionBombError as err:
+        raise DataError(f"cannot read image {path}: {' '.join(str(err).split())} (PIL.Image.MAX_IMAGE_PIXELS); resize or "
+                        "delete it, raise that limit if you trust the file, or set skip_corrupt: true to skip such "
+                        "files") from err
     except (OSError, SyntaxError, ValueError) as err:
         raise DataError(f"cannot read image {path} ({err}); replace or delete the file, "
                         "or set skip_corrupt: true to skip unreadable files") from err
+    return image if raw else _to_8bit(image, path)
+
+
+def _to_8bit(image: Image.Image, path: str) -> Image.Image:
+    """A high-bit-depth single-channel image as 8-bit ``L``, scaled by its bit depth (not clipped)."""
+    low, high = image.getextrema() if image.mode in ("I", "F") else (0, 0)
+    if image.mode == "F" or not 0 <= low <= high <= 65535:
+        kind = "32-bit float" if image.mode == "F" else "32-bit integers beyond 16 bits"
+        raise DataError(f"cannot read image {path}: mode {image.mode} ({kind}) has no fixed range to scale to 8 bits; "
+                        "convert it to an 8- or 16-bit PNG, or set skip_corrupt: true to skip such files")
+    if image.mode not in WIDE_MODES:
+        return image
+    values = np.asarray(image, dtype=np.float64)
+    return Image.fromarray(np.clip(np.rint(values / 257.0), 0, 255).astype(np.uint8))
 
 
 def is_readable(path: str) -> bool:
@@ -166,10 +193,10 @@ class EpochSeededSampler(Sampler):
 
 
 class _DeferredIterator:
-    """Creates the real DataLoader iterator at the first ``next()``."""
+    """Creates the real DataLoader iterator at the first ``next()``; counts the batches it hands out."""
 
-    def __init__(self, start: Callable[[], Iterator]):
-        self._start, self._iterator = start, None
+    def __init__(self, loader: "DeferredDataLoader", start: Callable[[], Iterator]):
+        self._loader, self._start, self._iterator = loader, start, None
 
     def __iter__(self) -> "_DeferredIterator":
         return self
@@ -177,21 +204,69 @@ class _DeferredIterator:
     def __next__(self):
         if self._iterator is None:
             self._iterator = self._start()
-        return next(self._iterator)
+        batch = next(self._iterator)
+        self._loader._position["batches"] += 1
+        self._loader._skip = 0  # the pass has begun: later passes start at their first batch
+        return batch
+
+
+class _SkipFirst:
+    """The loader's batch sampler, each pass starting after the loader's ``_skip`` batches (indices only: no data is
+    loaded for the skipped batches)."""
+
+    def __init__(self, batch_sampler: Any, loader: "DeferredDataLoader"):
+        self.batch_sampler, self.loader = batch_sampler, loader
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator:
+        return itertools.islice(iter(self.batch_sampler), getattr(self.loader, "_skip", 0), None)
 
 
 class DeferredDataLoader(DataLoader):
-    """A DataLoader whose ``iter()`` draws nothing from its sampler until the first batch is asked for.
+    """A DataLoader whose ``iter()`` draws nothing from its sampler until the first batch is asked for, and that
+    resumes in the middle of a pass.
 
     With worker processes, a plain DataLoader iterator takes its first indices from the sampler as
     soon as it is created. Lightning (2.5.3 - 2.6, issue Lightning-AI/pytorch-lightning#21938)
     creates the training iterator before it calls ``set_epoch`` and, when resuming, before it has
     restored the epoch; the first resumed epoch would then replay epoch 0's order. Deferring the
     start until the first batch means the sampler sees the epoch Lightning has set by then.
+
+    Its ``state_dict`` (saved by Lightning in every training checkpoint) is the epoch and the batches handed out so
+    far in the current pass; a run restarted from a checkpoint taken in the middle of an epoch (a preempted
+    fine-tune) skips those batches' indices, so it sees exactly the batches an uninterrupted run would.
     """
 
     def __iter__(self) -> Iterator:
-        return _DeferredIterator(super().__iter__)
+        return _DeferredIterator(self, self._start)
+
+    def _start(self) -> Iterator:
+        self._position = {"epoch": self._epoch(), "batches": 0}  # the epoch Lightning has set by the first batch
+        resume = getattr(self, "_resume", None)
+        self._resume = None
+        self._skip = 0
+        if resume and resume["batches"] and resume["epoch"] == self._epoch():  # the interrupted pass, not a new one
+            self._position["batches"] = self._skip = resume["batches"]
+        return super().__iter__()
+
+    @property
+    def _index_sampler(self) -> Any:
+        sampler = super()._index_sampler
+        return _SkipFirst(sampler, self) if self._auto_collation else sampler
+
+    def _epoch(self) -> Optional[int]:
+        return getattr(self.sampler, "epoch", None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the current pass stands: ``{"epoch", "batches"}`` (batches handed out)."""
+        return dict(getattr(self, "_position", {"epoch": self._epoch(), "batches": 0}))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the pass ``state`` describes: its next iteration (if it is that pass, same epoch) skips the
+        batches already handed out."""
+        self._resume = {"epoch": state.get("epoch"), "batches": int(state.get("batches", 0))}
 
 
 class MappedDataset(Dataset):
@@ -272,6 +347,12 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
                      ("n_local_views", n_local_views, 0)) if value < low]
         if max_samples is not None and max_samples < 1:
             problems.append(f"max_samples must be >= 1 (or null for the whole split), got {max_samples}")
+        problems += [f"{name} must lie in [0, 1], got {value}" for name, value in
+                     (("multicrop_color_jitter", multicrop_color_jitter), ("multicrop_hflip", multicrop_hflip))
+                     if not 0 <= value <= 1]
+        problems += [f"{name} must be (low, high) with 0 < low <= high <= 1, got {value}" for name, value in
+                     (("global_crop_scale", global_crop_scale), ("local_crop_scale", local_crop_scale))
+                     if len(tuple(value)) != 2 or not 0 < value[0] <= value[1] <= 1]
         if problems:
             raise ConfigError("data: " + "; ".join(problems))
         self.root, self.download = root, download

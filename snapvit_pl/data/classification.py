@@ -13,10 +13,10 @@ from torchvision.datasets import ImageFolder
 
 from .base import TransformImage, VisionDataModule, dataset_targets, read_image
 from .fashion_mnist import FashionMNIST, FashionMNISTClutter, download_fashion_mnist
-from .folders import ImageList, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
+from .folders import ImageList, ImageTree, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
 from .layouts import FOLDER_LAYOUTS, check_folder_root
 from .transforms import check_augment_args, classification_transform
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 _FASHION_MNIST_NAMES = ("fashion_mnist", "fashionmnist", "fashion-mnist")
 _CLUTTER_NAME = "fashion_mnist_clutter"  # FashionMNISTClutter canvases of the Fashion-MNIST images
 
@@ -92,6 +92,8 @@ class ClassificationDataModule(VisionDataModule):
     ):
         super().__init__(root=root, download=download, **kwargs)
         self.save_hyperparameters()
+        if val_split is not None and not 0 < val_split < 1:
+            raise ConfigError(f"data: val_split must lie in (0, 1) (the share of images held out), got {val_split}")
         self.source, self.val_split, self.val_labels = source.lower(), val_split, val_labels
         self.train_augment_args = dict(train_augment_args or {})
         check_augment_args(self.train_augment_args)  # fail at construction, not at the first batch
@@ -174,10 +176,9 @@ class ClassificationDataModule(VisionDataModule):
             return unlabeled_images(root, read_image) if split == "train" else ImageList([], [], read_image)
         raise DataError(f"{root} is not an image folder this module reads; expected one of: {FOLDER_LAYOUTS}")
 
-    @staticmethod
-    def _image_folder(directory: str) -> ImageFolder:
+    def _image_folder(self, directory: str) -> ImageFolder:
         try:
-            return ImageFolder(directory, loader=read_image)
+            return ImageTree(directory, read_image, missing_ok=self.skip_corrupt)
         except (FileNotFoundError, OSError) as err:
             raise DataError(f"no class folders with images in {directory} ({err}); expected one of: "
                             f"{FOLDER_LAYOUTS}") from err

@@ -17,10 +17,12 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Callable, Optional, Sequence
 
 from PIL import Image
 from torch.utils.data import Dataset
+from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ..errors import DataError
@@ -43,7 +45,76 @@ def image_files(directory: str | Path) -> list[Path]:
 def class_dirs(directory: str | Path) -> list[Path]:
     """The sub-directories of ``directory`` that hold images (at any depth), sorted by name."""
     return sorted(p for p in Path(directory).iterdir() if p.is_dir() and any(
-        is_image(f) for _, _, files in os.walk(p) for f in files))
+        is_image(f.name) for f in walk_files(p, set())))
+
+
+def walk_files(directory: str | Path, visited: set[tuple[int, int]]) -> Iterator[Path]:
+    """The files under ``directory`` at any depth (each folder's in name order), following links to directories but
+    entering every real directory once: a link loop, or a second way into a folder already read (``visited``: the
+    (device, inode) of each directory entered, shared across calls), is not followed. Links to missing files are
+    yielded too (reading them fails, or ``skip_corrupt`` skips them)."""
+    stack = [Path(directory)]
+    while stack:
+        folder = stack.pop()
+        try:
+            key = _identity(folder)
+        except OSError:
+            continue
+        if key in visited and folder != Path(directory):
+            continue
+        visited.add(key)
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        folders = [Path(e.path) for e in entries if _is_dir(e)]  # through links
+        yield from (Path(e.path) for e in entries if Path(e.path) not in folders)
+        stack.extend(reversed(folders))
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # a link to itself
+        return False
+
+
+def _identity(folder: Path) -> tuple[int, int]:
+    stat = folder.stat()
+    return stat.st_dev, stat.st_ino
+
+
+class ImageTree(ImageFolder):
+    """torchvision's ``ImageFolder`` (``root/<class>/<image at any depth>``), reading every real directory once: its
+    walk follows directory links without limit, so a link loop multiplied the images (and a link to another class
+    folder labeled that class's images twice). Here a link is followed only into a folder not read yet, never into
+    another class folder.
+
+    Args:
+        root: the folder of class folders.
+        loader: reads one image file.
+        missing_ok: keep links to missing files (the data module's ``skip_corrupt`` skips them); else refuse them now.
+
+    Raises:
+        DataError: a link to a missing file (without ``missing_ok``).
+    """
+
+    def __init__(self, root: str | Path, loader: Callable[[str], Image.Image], missing_ok: bool = False):
+        self.missing_ok = missing_ok
+        super().__init__(str(root), loader=loader)
+
+    def make_dataset(self, directory: str, class_to_idx: dict[str, int], extensions=None, is_valid_file=None,
+                     allow_empty: bool = False) -> list[tuple[str, int]]:
+        visited = {_identity(Path(directory) / name) for name in class_to_idx}  # each class folder is its own class
+        samples = []
+        for name, index in sorted(class_to_idx.items(), key=lambda item: item[1]):
+            for path in walk_files(Path(directory) / name, visited):
+                if not is_image(path.name):
+                    continue
+                if not path.exists() and not self.missing_ok:
+                    raise DataError(f"{path} is a link to a missing file ({os.readlink(path)}); remove it, or set "
+                                    "skip_corrupt: true to skip unreadable files")
+                samples.append((str(path), index))
+        if not samples and not allow_empty:
+            raise FileNotFoundError(f"found no image files in the class folders of {directory}")
+        return samples
 
 
 class ImageList(Dataset):

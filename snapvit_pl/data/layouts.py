@@ -19,4 +19,5 @@ def check_folder_root(root: str | os.PathLike) -> None:
         DataError: naming the root and the layouts read under it.
     """
     if not os.path.isdir(root):
-        raise DataError(f"image folder root {root} does not exist; expected one of: {FOLDER_LAYOUTS}")
+        kind = "is a file, not a folder" if os.path.exists(root) else "does not exist"
+        raise DataError(f"image folder root {root} {kind}; expected one of: {FOLDER_LAYOUTS}")

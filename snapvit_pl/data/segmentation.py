@@ -92,7 +92,7 @@ class SegmentationPairs(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Image.Image, torch.Tensor]:
         image_path, mask_path = self.pairs[index]
-        image, mask = read_image(image_path), read_image(mask_path)
+        image, mask = read_image(image_path), read_image(mask_path, raw=True)
         if image.size != mask.size:
             raise DataError(f"mask {mask_path} is {mask.size[0]}x{mask.size[1]} but image {image_path} is "
                             f"{image.size[0]}x{image.size[1]}; masks must match their images' size")

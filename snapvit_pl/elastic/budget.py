@@ -59,9 +59,8 @@ class Budget:
         given = [k for k in COST_KINDS if getattr(self, k) is not None]
         pair = self.mlp_ratio is not None or self.head_ratio is not None
         if len(given) + int(pair) != 1:
-            raise PruningSpecError(
-                f"a budget takes exactly one of (mlp_ratio, head_ratio), sparsity, params, flops, latency; got {self.label()}"
-            )
+            raise PruningSpecError(f"a budget takes exactly one of (mlp_ratio, head_ratio), sparsity, params, flops, "
+                                   f"latency; got {self.describe()}: {_EXAMPLES}")
         if pair:
             check_ratio(self.mlp_ratio if self.mlp_ratio is not None else 0.0, "mlp_ratio")
             check_ratio(self.head_ratio if self.head_ratio is not None else 0.0, "head_ratio")
@@ -126,16 +125,47 @@ class Budget:
         """The fields that are set, e.g. ``{"flops": 0.5}`` (inverse: ``Budget(**d)``)."""
         return {k: v for k, v in vars(self).items() if v is not None}
 
+    def describe(self) -> str:
+        """The budget as written in a config, e.g. ``{flops: 0.5}``."""
+        return "{" + ", ".join(f"{k}: {v:.12g}" for k, v in self.to_dict().items()) + "}"
+
     def label(self) -> str:
-        """A short name, e.g. ``mlp0.35_head0.20`` or ``flops0.5``."""
+        """A short name (the folder of its model), e.g. ``mlp0.35_head0.20``, ``flops0.5`` or ``params1.89M``."""
         if self.mlp_ratio is not None or self.head_ratio is not None:
             return f"mlp{self.mlp_ratio or 0:.2f}_head{self.head_ratio or 0:.2f}"
-        return "_".join(f"{k}{getattr(self, k):g}" for k in COST_KINDS if getattr(self, k) is not None)
+        return "_".join(f"{k}{_count(v) if k in ('params', 'flops') and v > 1 else f'{v:g}'}"
+                        for k in COST_KINDS if (v := getattr(self, k)) is not None)
 
     @property
     def is_cost(self) -> bool:
         """A cost target (sparsity, params, FLOPs, latency) rather than a ratio pair."""
         return any(getattr(self, k) is not None for k in COST_KINDS)
+
+
+def _count(value: float) -> str:
+    """A count in 3 significant digits with its unit: ``1.89M``, ``17.6G``, ``512``."""
+    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if value >= scale * 0.9995:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def check_unique_labels(budgets: Sequence[Budget]) -> None:
+    """Refuse budgets whose labels (the folders of their models) coincide, before any work.
+
+    Raises:
+        PruningSpecError: naming both budgets and their label.
+    """
+    seen: dict[str, Budget] = {}
+    for budget in budgets:
+        first = seen.setdefault(budget.label(), budget)
+        if first is budget:
+            continue
+        if first == budget:
+            raise PruningSpecError(f"budget {first.describe()} is given twice; give each budget once")
+        raise PruningSpecError(f"budgets {first.describe()} and {budget.describe()} would both be saved as "
+                               f"{budget.label()}; give budgets whose labels differ (ratios in steps of 0.01, "
+                               "fractions to 6 digits, counts to 3 significant digits)")
 
 
 #: The default export: 10% ... 60% of the parameters removed (about what the paper's six pairs remove), each
@@ -240,6 +270,11 @@ def resolve(
             value = 1.0 - budget.sparsity
         target = value * dense if value <= 1.0 else value
         measure: Callable[[Subnet], float] = cost.flops if metric == "flops" else cost.params
+        if target > dense:
+            raise PruningSpecError(
+                f"{metric} budget {value:g} is too high: read as a count, it is more than the dense model's {dense:.4g} "
+                f"{'FLOPs' if metric == 'flops' else 'parameters'}, so nothing would be pruned; give a smaller count, or "
+                "a fraction of the dense model (<= 1)")
 
     max_mlp = max_prune_ratio(neuron_scores, min_mlp_keep)
     max_head = max_prune_ratio(head_scores, min_head_keep)
@@ -254,10 +289,12 @@ def resolve(
     smallest = measure(select(*path(t_end)))
     if smallest > target:
         split = "" if head_ratio is None else f" with head_ratio {head_ratio:.3f}"
+        asked = budget.describe() + (" (read as a count: a fraction of the dense model is <= 1)"
+                                     if metric in ("params", "flops") and target == value else f" ({target:.4g})")
         raise PruningSpecError(
-            f"{metric} budget {target:.4g} is unreachable{split}: the minimum keep ratios (MLP {min_mlp_keep}, heads "
+            f"{metric} budget {asked} is too low, unreachable{split}: the minimum keep ratios (MLP {min_mlp_keep}, heads "
             f"{min_head_keep}) leave at least {smallest:.4g} ({smallest / dense:.1%} of dense); raise the budget "
-            f"or lower the keep ratios"
+            f"or lower the keep ratios (importance.min_mlp_keep, importance.min_head_keep)"
         )
     lo, hi = 0.0, t_end  # invariant: cost(lo) > target >= cost(hi)
     for _ in range(50):

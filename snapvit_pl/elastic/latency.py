@@ -27,7 +27,7 @@ from torch import nn
 
 from ..device import autocast_context, resolve_device, synchronize
 from ..errors import CheckpointError
-from ..io import write_json_atomic
+from ..io import verify_checksum, with_checksum, write_json_atomic
 from ..models.cost import input_shape
 from ..models.modes import eval_mode
 from ..models.surgery import architecture, prune_block_
@@ -96,18 +96,25 @@ class LatencyTable:
                 and self.batch_size == batch_size and self.precision == precision)
 
     def save(self, path: str | Path) -> Path:
-        return write_json_atomic(path, asdict(self))
+        """Write the table as JSON, with a checksum of its content (verified by :meth:`load`)."""
+        return write_json_atomic(path, with_checksum(asdict(self)))
 
     @classmethod
     def load(cls, path: str | Path) -> "LatencyTable":
+        """Read a table written by :meth:`save`; ``CheckpointError`` if unreadable, damaged or edited."""
+        fix = "delete it to measure again"
         try:
             data = json.loads(Path(path).read_text())
-            if data.get("format") != FORMAT:
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ValueError(f"format is not {FORMAT!r}")
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{path} is not a readable latency table ({err}); {fix}") from err
+        data = verify_checksum(data, path, fix)
+        try:
             data["shapes"] = [BlockLatency(**s) for s in data["shapes"]]
             return cls(**data)
-        except (OSError, ValueError, TypeError, KeyError) as err:
-            raise CheckpointError(f"{path} is not a readable latency table ({err}); delete it to measure again") from err
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            raise CheckpointError(f"{path} is not a readable latency table ({err}); {fix}") from err
 
 
 def _non_decreasing(table: dict[int, float]) -> dict[int, float]:

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import CheckpointError
-from ..io import atomic_path
+from ..io import CHECKSUM_KEY, atomic_path, content_digest, verify_checksum
 from ..models.loading import UNREADABLE_CHECKPOINT, fingerprint
 from ..models.surgery import prune_
 from ..errors import PruningSpecError
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .latency import LatencyTable
 
 FORMAT = "snapvit-pl/elastic-scores"
-VERSION = 2  # 2: splits by metric and kept fraction (1: by budget label)
+VERSION = 3  # 3: a checksum of the tensors and the header; 2: splits by metric and kept fraction (1: by budget label)
 
 
 def initial_coefficients(num_blocks: int, heads_per_block: Sequence[int], start: float, end: float) -> torch.Tensor:
@@ -174,7 +174,11 @@ class ElasticScores:
             )
 
     def save(self, path: str | Path, overwrite: bool = True) -> Path:
-        """Write one safetensors file atomically."""
+        """Write one safetensors file atomically, with a checksum of its content (verified by :meth:`load`).
+
+        Raises:
+            ConfigError: ``path`` is a directory (nothing is written; the directory is left as it is).
+        """
         tensors = {f"heads.{b}": t.float().cpu().contiguous() for b, t in enumerate(self.head_scores)}
         tensors |= {f"neurons.{b}": t.float().cpu().contiguous() for b, t in enumerate(self.neuron_scores)}
         if self.coefficients is not None:
@@ -184,8 +188,11 @@ class ElasticScores:
             "num_blocks": len(self.head_scores), "min_mlp_keep": self.min_mlp_keep, "min_head_keep": self.min_head_keep,
             "settings": self.settings, "search": self.search, "splits": self.splits.to_dict(),
         }
-        with atomic_path(path, overwrite=overwrite) as tmp:
-            save_file(tensors, str(tmp), metadata={"snapvit": json.dumps(header)})
+        # one metadata entry (safetensors orders several at random: the file would not be byte-identical)
+        text = json.dumps({**header, CHECKSUM_KEY: content_digest({"header": header, "tensors": tensors})})
+        size = sum(t.numel() * t.element_size() for t in tensors.values()) + len(text)
+        with atomic_path(path, overwrite=overwrite, size=size) as tmp:
+            save_file(tensors, str(tmp), metadata={"snapvit": text})
         return Path(path)
 
     @classmethod
@@ -193,22 +200,30 @@ class ElasticScores:
         """Read a file written by :meth:`save`; ``CheckpointError`` if missing, corrupt or foreign."""
         path = Path(path)
         if not path.is_file():
-            raise CheckpointError(f"elastic scores file not found: {path}; run prune.py first or pass the right path")
+            kind = "a directory, not" if path.is_dir() else "not found:"
+            raise CheckpointError(f"elastic scores file {kind} {path}; run prune.py first or pass the path of its "
+                                  "elastic_scores.safetensors")
+        fix = "re-run prune.py to rewrite it"
         try:
             with safe_open(str(path), framework="pt") as f:
-                header = json.loads((f.metadata() or {}).get("snapvit", "null"))
+                metadata = f.metadata() or {}
                 tensors = {k: f.get_tensor(k) for k in f.keys()}
+            header = json.loads(metadata.get("snapvit", "null"))
         except (*UNREADABLE_CHECKPOINT, json.JSONDecodeError) as err:
-            raise CheckpointError(f"{path} is not a readable elastic-scores file ({err}); re-run prune.py to rewrite it") from err
+            raise CheckpointError(f"{path} is not a readable elastic-scores file ({err}); {fix}") from err
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise CheckpointError(f"{path} is not a snapvit-pl elastic-scores file (format != {FORMAT!r})")
+        version = header.get("version", 1)
+        if not isinstance(version, int) or version > VERSION:
+            raise CheckpointError(f"{path} has version {version}; upgrade snapvit-pl to read it")
+        # versions 1-2 wrote no checksum; one present is always checked (a damaged version number too)
+        recorded = {CHECKSUM_KEY: header.pop(CHECKSUM_KEY)} if CHECKSUM_KEY in header else {}
+        verify_checksum({"header": header, "tensors": tensors, **recorded}, path, fix, required=version >= 3)
         n = header["num_blocks"]
         try:
             heads, neurons = [tensors[f"heads.{b}"] for b in range(n)], [tensors[f"neurons.{b}"] for b in range(n)]
         except KeyError as err:
             raise CheckpointError(f"{path} lacks tensor {err}; the file is incomplete, re-run prune.py") from err
-        if header.get("version", 1) > VERSION:
-            raise CheckpointError(f"{path} has version {header['version']}; upgrade snapvit-pl to read it")
         splits = header.get("splits") or {}
         splits = SplitTable.from_dict(splits) if header.get("version", 1) >= 2 else _splits_by_label(splits)
         return cls(

@@ -20,7 +20,10 @@ from ..errors import CheckpointError, ConfigError
 from ..models.checkpoint import load_pruned
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, fingerprint, load_backbone
-from .training import adamw, reseed_for_epoch, warmup_cosine_schedule
+from .training import adamw, open_checkpoint, reseed_for_epoch, seal_checkpoint, warmup_cosine_schedule
+
+
+_TEACHER = "teacher."
 
 
 class FinetuneModule(pl.LightningModule):
@@ -113,6 +116,33 @@ class FinetuneModule(pl.LightningModule):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Leave the frozen teacher out (it is rebuilt from its recorded base when the run resumes; for ViT-B that
+        is 344 MB per checkpoint), record its fingerprint, then seal the checkpoint (RNG states, checksum)."""
+        if self.teacher is not None:
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                        if not k.startswith(_TEACHER)}
+            checkpoint["teacher_fingerprint"] = self._teacher_fingerprint()
+        seal_checkpoint(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Check the checkpoint, and give it the teacher this module rebuilt (the one it was trained with)."""
+        open_checkpoint(checkpoint)
+        if self.teacher is None:
+            return
+        recorded, rebuilt = checkpoint.get("teacher_fingerprint"), self._teacher_fingerprint()
+        if recorded is not None and recorded != rebuilt:
+            raise CheckpointError("the teacher rebuilt for this run is not the one the checkpoint was trained with "
+                                  f"(fingerprint {recorded[:12]} != {rebuilt[:12]}); resume with the same "
+                                  "model.teacher_* settings and base weights")
+        checkpoint["state_dict"].update({_TEACHER + k: v for k, v in self.teacher.state_dict().items()})
+
+    def _teacher_fingerprint(self) -> str:
+        """The frozen teacher's weight fingerprint (computed once)."""
+        if getattr(self, "_teacher_print", None) is None:
+            self._teacher_print = fingerprint(self.teacher)
+        return self._teacher_print
 
     def _features(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
         """What embedding distillation compares: ``[B, D]`` pooled embeddings or ``[B, N, D]`` tokens."""

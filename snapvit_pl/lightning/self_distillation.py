@@ -25,7 +25,7 @@ from ..eval.features import extract_features
 from ..eval.knn import knn_classify
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, load_backbone
-from .training import adamw, reseed_for_epoch, warmup_cosine, warmup_cosine_schedule
+from .training import adamw, open_checkpoint, reseed_for_epoch, seal_checkpoint, warmup_cosine, warmup_cosine_schedule
 
 
 class ProjectionHead(nn.Module):
@@ -168,6 +168,12 @@ class SelfDistillationModule(pl.LightningModule):
     # -- training -------------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
         reseed_for_epoch(self.current_epoch, self.global_rank)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        seal_checkpoint(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        open_checkpoint(checkpoint)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         views = batch[0] if isinstance(batch, (list, tuple)) else batch

@@ -1,12 +1,14 @@
 """What every training module of the project shares: AdamW (no decay on biases and norms), linear warm-up then
-cosine decay stepped every batch, and RNGs reseeded per epoch (so a resumed run draws what an uninterrupted one
-does)."""
+cosine decay stepped every batch, RNGs reseeded per epoch (so a resumed run draws what an uninterrupted one
+does), and checkpoints that carry their RNG states and a checksum."""
 from __future__ import annotations
 
 import math
 import os
+import random
 from typing import Any, Iterable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -48,3 +50,44 @@ def reseed_for_epoch(epoch: int, rank: int) -> None:
     seed = os.environ.get("PL_GLOBAL_SEED")
     if seed is not None:
         torch.manual_seed((epoch_seed(int(seed), epoch) + 1_000_003 * rank) % 2**64)
+
+
+#: What a training checkpoint's checksum covers: the weights and the optimiser's and scheduler's state (the loop
+#: counters and the settings may be rewritten by Lightning's migrations).
+_SEALED = ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step")
+_SEAL_KEY, _RNG_KEY = "snapvit_sha256", "snapvit_rng"
+
+
+def seal_checkpoint(checkpoint: dict[str, Any]) -> None:
+    """``on_save_checkpoint`` of the project's training modules: add the RNG states (a run resumed in the middle of
+    an epoch then draws the same dropout masks) and a checksum of the weights and optimiser state."""
+    from ..io import content_digest
+
+    checkpoint[_RNG_KEY] = {
+        "torch": torch.get_rng_state(), "python": random.getstate(),
+        "numpy": [np.random.get_state()[0], torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
+                  *np.random.get_state()[2:]],
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    checkpoint[_SEAL_KEY] = content_digest({k: checkpoint.get(k) for k in _SEALED})
+
+
+def open_checkpoint(checkpoint: dict[str, Any]) -> None:
+    """``on_load_checkpoint`` of the project's training modules: refuse a checkpoint whose weights or optimiser state
+    changed since it was written (a flipped bit, a truncated copy), and restore its RNG states. A checkpoint without a
+    checksum (written elsewhere) is read as it is."""
+    from ..errors import CheckpointError
+    from ..io import content_digest
+
+    recorded = checkpoint.get(_SEAL_KEY)
+    if recorded is not None and recorded != content_digest({k: checkpoint.get(k) for k in _SEALED}):
+        raise CheckpointError("the checkpoint to resume from does not match its checksum (damaged or modified since it "
+                              "was written); resume from another checkpoint (--ckpt_path FILE) or start again")
+    rng = checkpoint.get(_RNG_KEY)
+    if rng:
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        kind, keys, *rest = rng["numpy"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
+        if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["cuda"])

@@ -11,8 +11,8 @@ module are needed.
 """
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,24 +20,26 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..errors import CheckpointError, SnapViTError
-from ..io import atomic_path
+from ..device import resolve_device
+from ..errors import CheckpointError, ConfigError, SnapViTError
+from ..io import atomic_path, sha256_file, verify_checksum, with_checksum
 from .hub import CHECKPOINT_FILES, download_pruned
-from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, load_backbone
+from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, check_finite, load_backbone
 from .surgery import architecture, prune_
 from .units import Subnet
 
 FORMAT = "snapvit-pl/pruned-vit"
-VERSION = 1
+VERSION = 2  # 2: the record carries its own checksum (1: only the weights' checksum)
 WEIGHTS, RECORD = CHECKPOINT_FILES
+#: What a pruned-checkpoint directory may hold (the model card of a published one included).
+CHECKPOINT_CONTENTS = {WEIGHTS, RECORD, "README.md"}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def is_checkpoint_dir(path: str | Path) -> bool:
+    """Whether ``path`` is an (empty or) pruned-checkpoint directory and nothing else: the only kind of
+    directory :func:`save_pruned` replaces."""
+    names = {p.name for p in Path(path).iterdir()}
+    return not names or (RECORD in names and names <= CHECKPOINT_CONTENTS)
 
 
 def save_pruned(
@@ -71,17 +73,21 @@ def save_pruned(
     except TypeError as err:
         raise CheckpointError(f"architecture record is not JSON-serialisable ({err}); pass plain values in extra/model_kwargs") from err
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    with atomic_path(path, overwrite=overwrite) as tmp:
+    size = sum(t.numel() * t.element_size() for t in state.values())
+    with atomic_path(path, overwrite=overwrite, replaces=is_checkpoint_dir, size=size) as tmp:
         tmp.mkdir()
         save_file(state, str(tmp / WEIGHTS), metadata={"format": FORMAT})
-        record["weights_sha256"] = _sha256(tmp / WEIGHTS)
-        (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        record["weights_sha256"] = sha256_file(tmp / WEIGHTS)
+        (tmp / RECORD).write_text(json.dumps(with_checksum(record), indent=2) + "\n")
     return Path(path)
 
 
 def read_record(path: str | Path) -> dict[str, Any]:
     """Read and check ``architecture.json`` of a pruned checkpoint directory."""
     record_path = Path(path) / RECORD
+    if Path(path).is_file():
+        raise CheckpointError(f"{path} is a file; a pruned checkpoint is the directory holding {WEIGHTS} and {RECORD} "
+                              "(give its directory)")
     if not record_path.is_file():
         raise CheckpointError(
             f"{record_path} not found; a pruned checkpoint is a directory with {WEIGHTS} and {RECORD} "
@@ -93,11 +99,34 @@ def read_record(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{record_path} is not valid JSON ({err}); re-export the checkpoint") from err
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise CheckpointError(f"{record_path} is not a snapvit-pl pruned-model record (format != {FORMAT!r})")
-    if record.get("version", 0) > VERSION:
-        raise CheckpointError(f"{record_path} has version {record['version']}; upgrade snapvit-pl to read it")
-    for key in ("base", "heads", "mlp_hidden"):
+    version = record.get("version", 0)
+    if not isinstance(version, int) or version > VERSION:
+        raise CheckpointError(f"{record_path} has version {version}; upgrade snapvit-pl to read it")
+    # version 1 wrote no checksum of the record; one present is always checked (a damaged version number too)
+    record = verify_checksum(record, record_path, "re-export the checkpoint", required=version >= 2)
+    for key in ("base", "heads", "mlp_hidden", *(("weights_sha256",) if version >= 2 else ())):
         if key not in record:
             raise CheckpointError(f"{record_path} lacks '{key}'; re-export the checkpoint")
+    return record
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Check a pruned checkpoint directory without loading the model: its record (and the record's checksum) and
+    its weights file against the checksum recorded; returns the record.
+
+    Raises:
+        CheckpointError: a missing, damaged or modified file.
+    """
+    path = Path(path)
+    record = read_record(path)
+    weights = path / WEIGHTS
+    if not weights.is_file():
+        raise CheckpointError(f"{weights} not found; the checkpoint directory is incomplete, re-export it")
+    if record.get("weights_sha256") and sha256_file(weights) != record["weights_sha256"]:
+        raise CheckpointError(
+            f"{weights} does not match the checksum in {path / RECORD} (truncated, modified or from another run); "
+            "re-export the checkpoint"
+        )
     return record
 
 
@@ -116,18 +145,20 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
         CheckpointError: missing or corrupt files, a record that does not fit its base model,
             or weights that do not match the record.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path must be a checkpoint directory or 'hf-hub:org/name', got {type(path).__name__}")
+    try:
+        device = resolve_device("cpu" if map_location is None else map_location)
+    except (RuntimeError, TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"map_location {map_location!r} is not a device; give 'cpu', 'cuda', 'cuda:1' or a "
+                          "torch.device") from None
     if isinstance(path, str) and path.startswith(HUB_PREFIX):
         path = download_pruned(path)
     path = Path(path)
-    record = read_record(path)
+    record = verify_checkpoint(path)
     weights = path / WEIGHTS
-    if not weights.is_file():
-        raise CheckpointError(f"{weights} not found; the checkpoint directory is incomplete, re-export it")
-    if record.get("weights_sha256") and _sha256(weights) != record["weights_sha256"]:
-        raise CheckpointError(
-            f"{weights} does not match the checksum in {path / RECORD} (truncated, modified or from another run); "
-            "re-export the checkpoint"
-        )
     model = load_backbone(BackboneSpec.from_dict(record["base"]).architecture_only())
     try:
         prune_(model, Subnet.from_counts(record["heads"], record["mlp_hidden"]))
@@ -137,10 +168,11 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
             "the record was edited or written for another architecture"
         ) from err
     try:
-        state = load_file(str(weights), device=str(map_location))
+        state = load_file(str(weights), device=str(device))
         model.load_state_dict(state, strict=True)
     except UNREADABLE_CHECKPOINT as err:
         raise CheckpointError(
             f"weights {weights} do not match record {path / RECORD}: {' '.join(str(err).split())[:400]}"
         ) from err
+    check_finite(model, path)
     return model.eval(), record

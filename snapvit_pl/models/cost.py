@@ -40,6 +40,32 @@ def input_shape(model: nn.Module) -> tuple[int, int, int]:
     return tuple(cfg.get("input_size", (in_chans, 224, 224)))  # type: ignore[return-value]
 
 
+def check_images(model: nn.Module, images: torch.Tensor, what: str = "the images") -> None:
+    """Refuse images the model cannot take (``DataError`` naming both shapes): ``[..., C, H, W]`` with the model's
+    channel count, and its input size unless its patch embedding takes any size.
+
+    Args:
+        model: a timm ViT.
+        images: ``[B, C, H, W]`` or multi-crop ``[B, V, C, H, W]``.
+        what: how the message names the images.
+    """
+    from ..errors import DataError
+
+    want = input_shape(model)
+    if not isinstance(images, torch.Tensor) or images.dim() not in (4, 5):
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise DataError(f"{what} must be a [B, C, H, W] (or multi-crop [B, V, C, H, W]) tensor, got {shape}")
+    patch = getattr(model, "patch_embed", None)
+    any_size = getattr(patch, "dynamic_img_size", False) or not getattr(patch, "strict_img_size", True)
+    got = tuple(images.shape[-3:])
+    if got[0] != want[0] or (not any_size and got[1:] != tuple(want[1:])):
+        raise DataError(f"{what} are {'x'.join(map(str, got))} (channels x height x width) but the model takes "
+                        f"{'x'.join(map(str, want))}; resize and normalise them with the model's data config "
+                        "(timm.data.resolve_data_config(model=model) and timm.data.create_transform)")
+    if not images.is_floating_point():
+        raise DataError(f"{what} are {images.dtype}; the model takes float images normalised with its mean and std")
+
+
 @torch.no_grad()
 def flop_counts(model: nn.Module, shape: Sequence[int] | None = None) -> tuple[int, dict[str, int]]:
     """Total FLOPs of one forward pass on one image of ``shape`` (C, H, W), and FLOPs per module name.

@@ -184,7 +184,23 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
                                   "included)") from err
         detail = f"{offline} and they are not in the local cache" if offline else " ".join(str(err).split())[:200]
         raise CheckpointError(f"could not load the hub weights of {spec.model_name} ({detail}); {HUB_HINT}") from err
+    check_finite(model, spec.checkpoint_path or spec.model_name)
     return model.eval()
+
+
+def check_finite(model: nn.Module, source: Any = "the model") -> None:
+    """Refuse weights holding NaN or infinity (a damaged file, a diverged training): every score and metric of such a
+    model would be meaningless.
+
+    Raises:
+        CheckpointError: naming the first such tensors and ``source``.
+    """
+    bad = [name for name, tensor in model.state_dict().items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise CheckpointError(f"the weights of {source} hold NaN or infinite values ({', '.join(bad[:3])}"
+                              f"{' ...' if len(bad) > 3 else ''}); the file is damaged or the training diverged: "
+                              "load other weights")
 
 
 def fingerprint(model: nn.Module) -> str:

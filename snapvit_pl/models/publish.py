@@ -14,8 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import CheckpointError
-from .checkpoint import read_record
+from .checkpoint import verify_checkpoint
 from .hub import CHECKPOINT_FILES
 from .loading import HUB_PREFIX
 
@@ -126,9 +125,7 @@ def push_to_hub(checkpoint: str | Path, repo_id: str, *, private: bool = False, 
     from huggingface_hub import HfApi
 
     checkpoint = Path(checkpoint)
-    record = read_record(checkpoint)
-    if not (checkpoint / CHECKPOINT_FILES[0]).is_file():
-        raise CheckpointError(f"{checkpoint / CHECKPOINT_FILES[0]} not found; push a complete pruned checkpoint directory")
+    record = verify_checkpoint(checkpoint)  # never upload damaged weights
     api = api or HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="snapvit-push-") as staging:
         for name in CHECKPOINT_FILES:

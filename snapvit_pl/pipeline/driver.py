@@ -219,6 +219,18 @@ class Pipeline:
                               "seg_data (e.g. the offline Fashion-MNIST canvases: --seg_data SegmentationDataModule "
                               "--seg_data.init_args.source fashion_mnist)")
 
+    def check_latency(self, device: Optional[torch.device | str] = None) -> None:
+        """When a budget asks for latency: measure the latency table now (once; cached in the run directory, reused
+        by a resume) and refuse a latency budget it cannot reach, before the expensive stages. Rank 0 only.
+
+        Args:
+            device: where the run will compute (default: the model's device); ``export.latency_device`` wins.
+        """
+        s = self.settings
+        if self.dist.is_main and any(b.latency is not None for b in s.export.budgets):
+            check_budgets(self.model, s.export.budgets, s.importance, s.export.mlp_multiple,
+                          self._cost_for(s.export.budgets, device))
+
     # -- stage 1: importance ---------------------------------------------------------------------------------
     def start_importance(self, batches: Optional[int] = None) -> None:
         """Bind the scorer to the model and reset it (a pass of ``batches`` batches follows); a no-op when the
@@ -382,15 +394,15 @@ class Pipeline:
         self._end("export")
         return self.state.extracted
 
-    def _cost_for(self, budgets: Sequence[Budget]) -> CostModel:
+    def _cost_for(self, budgets: Sequence[Budget], device: Optional[torch.device | str] = None) -> CostModel:
         """The cost model, with the latency table of the target device when a budget asks for latency (measured
         once, cached in the run directory)."""
         cost = self.cost
         if cost.latency is None and any(b.latency is not None for b in budgets):
             e = self.settings.export
             cache = e.latency_table or (None if self.run_dir is None else self.run_dir / "latency_table.json")
-            cost.latency = latency_table(self.model, e.latency_batch_size, e.latency_device or self.device, cache,
-                                         mlp_multiple=e.mlp_multiple)
+            cost.latency = latency_table(self.model, e.latency_batch_size, e.latency_device or device or self.device,
+                                         cache, mlp_multiple=e.mlp_multiple)
         return cost
 
     # -- stage 5: report -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..correction import CorrectionSettings, compensate_bias_and_prune, correct_and_prune
-from ..elastic.budget import Budget, CostModel
+from ..elastic.budget import Budget, CostModel, check_unique_labels
 from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
 from ..eval.suite import EvalData, EvaluationSettings, evaluate_model
@@ -80,7 +80,7 @@ def check_budgets(model: nn.Module, budgets: Sequence[Budget], importance: Impor
                                 min_mlp_keep=importance.min_mlp_keep, min_head_keep=importance.min_head_keep)
     cost = cost or CostModel(model)
     for budget in budgets:
-        if budget.latency is None:  # a latency target is checked once its table is measured
+        if budget.latency is None or cost.latency is not None:  # a latency target: once its table is measured
             placeholder.subnet(budget, cost, mlp_multiple)
 
 
@@ -122,6 +122,8 @@ def extract_models(
         on_model: called with each finished model (progress, logging).
         measure_latency: time each model on the latency table's device and batch size, next to its prediction.
     """
+    budgets = [Budget.parse(b) for b in budgets]
+    check_unique_labels(budgets)  # one model per folder, so the report describes what is on disk
     if save_dir is not None and spec is None:
         if not scores.base.get("model_name"):
             raise ConfigError("saving pruned checkpoints needs the base model's BackboneSpec: pass spec=")

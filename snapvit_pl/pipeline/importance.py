@@ -35,10 +35,11 @@ def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> N
     if images == 0:
         raise DataError("the pruning data set is empty; check data.init_args.root and max_samples")
     if datamodule.batch_size > images:
-        raise ConfigError(
-            f"data.batch_size {datamodule.batch_size} is larger than the {images} pruning images; "
-            "lower data.init_args.batch_size or raise data.init_args.max_samples"
-        )
+        limit = getattr(datamodule, "max_samples", None)
+        more = (" or raise data.init_args.max_samples" if limit is not None and images >= limit else
+                f" (the data holds only {images} images: max_samples cannot give more)")
+        raise ConfigError(f"data.batch_size {datamodule.batch_size} is larger than the {images} pruning images; "
+                          f"lower data.init_args.batch_size{more}")
     datamodule.train_views = scoring_views(scorer)
 
 

@@ -8,16 +8,22 @@ layer (:class:`snapvit_pl.search.SearchSettings`, :class:`snapvit_pl.correction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path, PurePath
 from typing import Any, Literal, Optional
 
 from ..correction import CorrectionSettings
-from ..elastic.budget import Budget, default_budgets
+from ..elastic.budget import Budget, check_unique_labels, default_budgets
 from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from ..errors import ConfigError
 from ..eval.suite import EvaluationSettings
 from ..scoring import OutputSensitivity, Scorer
 from ..scoring.base import ALLOCATIONS, Allocation
 from ..search.settings import SearchSettings
+from .resume import CONFIG_FILE, RESUME_FILE
+
+#: What a run directory holds besides the scores file (which must not take one of these names).
+RUN_DIR_NAMES = (CONFIG_FILE, RESUME_FILE, "report.json", "report.md", "models", "plots", "tensorboard",
+                 "latency_table.json", ".lock")
 
 
 @dataclass
@@ -97,11 +103,20 @@ class ExportSettings:
         if self.split not in ("fitness", "schedule") or self.split_candidates < 1:
             raise ConfigError(f"export.split must be 'fitness' or 'schedule' (got {self.split!r}) and "
                               f"split_candidates >= 1 (got {self.split_candidates})")
+        if self.latency_batch_size < 1:
+            raise ConfigError(f"export.latency_batch_size must be >= 1, got {self.latency_batch_size}")
         if not 0 < self.split_step < 1 or not 0 <= self.split_grid < 1:
             raise ConfigError(f"export.split_step must lie in (0, 1) (got {self.split_step}) and split_grid in [0, 1) "
                               f"(got {self.split_grid})")
-        # the one place budgets are parsed: a malformed one fails here, before any work
+        name = PurePath(str(self.scores_file))
+        if name.is_absolute() or ".." in name.parts or not name.parts or name.parts[0] in RUN_DIR_NAMES:
+            raise ConfigError(f"export.scores_file {self.scores_file!r} must be a file name inside the run directory "
+                              f"(--out_dir), not one of {', '.join(RUN_DIR_NAMES)}; e.g. elastic_scores.safetensors")
+        if self.latency_table is not None and Path(self.latency_table).is_dir():
+            raise ConfigError(f"export.latency_table {self.latency_table} is a directory; give a JSON file path")
+        # the one place budgets are parsed: a malformed one, or two with one label, fails here, before any work
         self.budgets = default_budgets() if self.budgets is None else [Budget.parse(b) for b in self.budgets]
+        check_unique_labels(self.budgets)
 
 
 @dataclass

@@ -181,3 +181,19 @@ def test_a_segmentation_datamodule_gives_the_miou_of_every_budget(tiny_prune_arg
     events.Reload()
     logged = {(e.step, round(e.value, 6)) for e in events.Scalars("models/seg_miou_vs_params")}
     assert logged == {(m["params"], round(m["metrics"]["seg_miou"], 6)) for m in models}
+
+
+def test_a_run_leaves_the_callers_sigterm_handler_in_place(tiny_prune_args):
+    """prune.py turns SIGTERM into a clean stop during its own run only: a Python caller (a notebook, a test, a
+    training launched after it in the same process) keeps its own handler."""
+    import signal
+
+    def mine(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert prune_main(tiny_prune_args + ["--evaluation.metrics=[]", "--export.save_models=false"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -105,3 +105,37 @@ def test_class_folders_still_work(classification_tree, rgb32, class_colours):
     dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32)
     dm.configure_for_model(rgb32)
     assert dm.labeled and dm.classes == sorted(class_colours) and len(dm.dataset("val")) == 6
+
+
+def _class_tree(root, per_class=4):
+    for c, value in (("a", 40), ("b", 200)):
+        for i in range(per_class):
+            save_image(str(root / c / f"{i}.png"), np.full((8, 8), value + i, np.uint8))
+    return root
+
+
+def test_a_symlink_loop_is_read_once(tmp_path):
+    """A link back up the tree (and a link into another class) multiplied the images, and made the val split overlap
+    the train split: every real folder is read once, as its own class."""
+    root = _class_tree(tmp_path / "root", per_class=20)
+    (root / "a" / "loop").symlink_to(root, target_is_directory=True)
+    (root / "a" / "again").symlink_to(root / "a", target_is_directory=True)
+    (root / "b" / "to_a").symlink_to(root / "a", target_is_directory=True)
+    (root / "b" / "self").symlink_to(root / "b" / "self")  # a link to itself
+    dm = ClassificationDataModule("folder", str(root), val_split=0.25, max_samples=None)
+    train, val = dm.base_dataset("train"), dm.base_dataset("val")
+    assert len(train) + len(val) == 40 and len(val) == 10
+    files = [train.dataset.samples[i] for i in train.indices] + [val.dataset.samples[i] for i in val.indices]
+    assert len({os.path.realpath(path) for path, _ in files}) == 40  # no file twice, so no overlap of the splits
+    assert all(os.path.basename(os.path.dirname(path)) == ("a", "b")[label] for path, label in files)
+
+
+def test_a_link_to_a_missing_file_is_refused_before_any_work_or_skipped(tmp_path, rgb32):
+    root = _class_tree(tmp_path / "root")
+    (root / "b" / "gone.png").symlink_to(tmp_path / "deleted.png")
+    with pytest.raises(DataError, match=r"b/gone.png is a link to a missing file .*skip_corrupt: true"):
+        ClassificationDataModule("folder", str(root), val_split=0.25).setup()
+    dm = ClassificationDataModule("folder", str(root), val_split=0.5, skip_corrupt=True, data_config=rgb32,
+                                  max_samples=None)
+    assert len(dm.dataset("train")) + len(dm.dataset("val")) == 8
+    assert [os.path.basename(p) for p in dm.skipped["train"] + dm.skipped["val"]] == ["gone.png"]

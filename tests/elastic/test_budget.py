@@ -37,7 +37,7 @@ def test_cost_budgets_are_met_within_one_unit(budget):
 
 def test_unreachable_budget_names_the_minimum():
     model = load_backbone(FAMILIES["dino_vit"])
-    with pytest.raises(PruningSpecError, match=r"unreachable: the minimum keep ratios .* leave at least"):
+    with pytest.raises(PruningSpecError, match=r"too low, unreachable: the minimum keep ratios .* leave at least"):
         _elastic(model).subnet(Budget(flops=0.01), CostModel(model))
 
 
@@ -51,3 +51,41 @@ def test_no_pruning_when_budget_exceeds_dense():
     model = load_backbone(FAMILIES["dino_vit"])
     subnet, m, h = _elastic(model).subnet(Budget(params=1.0), CostModel(model))
     assert (m, h) == (0.0, 0.0) and subnet.neuron_counts == [256, 256]
+
+
+def test_a_count_above_the_dense_model_is_too_high_and_a_small_one_reads_as_a_count():
+    model = load_backbone(FAMILIES["dino_vit"])
+    scores, cost = _elastic(model), CostModel(model)
+    with pytest.raises(PruningSpecError, match=r"params budget 5e\+06 is too high: read as a count, it is more than "
+                                               r"the dense model's"):
+        scores.subnet(Budget(params=5e6), cost)
+    with pytest.raises(PruningSpecError, match=r"flops budget \{flops: 1.5\} \(read as a count: a fraction of the "
+                                               r"dense model is <= 1\) is too low"):
+        scores.subnet(Budget(flops=1.5), cost)
+
+
+@pytest.mark.parametrize("budget, label", [
+    (Budget(params=1.89123e6), "params1.89M"), (Budget(flops=17.56e9), "flops17.6G"), (Budget(params=512), "params512"),
+    (Budget(params=999_600), "params1M"), (Budget(flops=0.5), "flops0.5"), (Budget(sparsity=0.3), "sparsity0.3"),
+    (Budget(mlp_ratio=0.35, head_ratio=0.2), "mlp0.35_head0.20"), (Budget(latency=12.5), "latency12.5"),
+])
+def test_labels_are_readable(budget, label):
+    assert budget.label() == label
+
+
+@pytest.mark.parametrize("budgets", [
+    [{"mlp_ratio": 0.601, "head_ratio": 0.2}, {"mlp_ratio": 0.604, "head_ratio": 0.2}],
+    [{"sparsity": 0.3}, {"sparsity": 0.30000000001}],
+    [{"params": 1.891e6}, {"params": 1.894e6}],
+    [{"flops": 0.5}, {"flops": 0.5}],
+])
+def test_budgets_sharing_a_label_are_refused_when_parsed(budgets):
+    from snapvit_pl.pipeline import ExportSettings
+
+    with pytest.raises(PruningSpecError, match="would both be saved as|is given twice"):
+        ExportSettings(budgets=budgets)
+
+
+def test_an_empty_budget_says_what_it_got():
+    with pytest.raises(PruningSpecError, match=r"got \{\}: e.g. \{flops: 0.5\}"):
+        Budget.parse({})

@@ -73,3 +73,23 @@ def _largest_step(table: LatencyTable) -> float:
             keys = sorted(measured)
             steps += [measured[b] - measured[a] for a, b in zip(keys, keys[1:])]
     return max(steps)
+
+
+def test_an_edited_or_damaged_table_is_refused(tmp_path):
+    import json
+
+    from snapvit_pl.errors import CheckpointError
+
+    path = tmp_path / "latency_table.json"
+    table = _table(load_backbone(FAMILIES["dino_vit"]))
+    table.save(path)
+    assert LatencyTable.load(path) == table
+    data = json.loads(path.read_text())
+    data["overhead_ms"] = data["overhead_ms"] / 2  # still a valid table, but not what was measured
+    path.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="does not match its checksum.*delete it to measure again"):
+        LatencyTable.load(path)
+    del data["sha256"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="carries no checksum"):
+        LatencyTable.load(path)

@@ -99,3 +99,54 @@ def test_artifact_reloaded_in_fresh_process_extracts_identical_models(tmp_path):
     script = _EXTRACT.format(models=models_dir, path=str(path))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert json.loads(result.stdout) == expected
+
+
+def test_a_damaged_scores_file_is_refused_or_reads_the_same(tmp_path):
+    """Every single flipped bit: refused on read (the checksum of tensors and header, or the format), or harmless
+    (white space of the header): never different scores."""
+    from faults import flipped_copies
+
+    path = tmp_path / "scores.safetensors"
+    _elastic(load_backbone(FAMILIES["dino_vit"])).save(path)
+    expected = ElasticScores.load(path)
+    refused = 0
+    for position in flipped_copies(path, count=60):
+        try:
+            loaded = ElasticScores.load(path)
+        except CheckpointError:
+            refused += 1
+            continue
+        assert loaded.base == expected.base and all(torch.equal(a, b) for a, b in zip(
+            loaded.neuron_scores + loaded.head_scores, expected.neuron_scores + expected.head_scores)), position
+    assert refused >= 50
+    tensors_start = path.stat().st_size - sum(t.numel() * 4 for t in expected.neuron_scores + expected.head_scores)
+    data = bytearray(path.read_bytes())
+    for i in range(tensors_start, len(data), max(1, (len(data) - tensors_start) // 1000)):
+        data[i] ^= 0xFF  # the issue's case: many bytes of the payload
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="does not match its checksum"):
+        ElasticScores.load(path)
+
+
+def test_the_scores_file_has_one_metadata_entry(tmp_path):
+    """safetensors writes several metadata entries in a random order (a Rust HashMap): with more than one, the same
+    scores would not give the same bytes from run to run."""
+    from safetensors import safe_open
+
+    _elastic(load_backbone(FAMILIES["dino_vit"])).save(tmp_path / "scores.safetensors")
+    with safe_open(str(tmp_path / "scores.safetensors"), framework="pt") as f:
+        assert list(f.metadata()) == ["snapvit"]
+
+
+def test_a_scores_file_without_its_checksum_is_refused(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = tmp_path / "scores.safetensors"
+    _elastic(load_backbone(FAMILIES["dino_vit"])).save(path)
+    with safe_open(str(path), framework="pt") as f:
+        header, tensors = json.loads(f.metadata()["snapvit"]), {k: f.get_tensor(k) for k in f.keys()}
+    del header["sha256"]
+    save_file(tensors, str(path), metadata={"snapvit": json.dumps(header)})
+    with pytest.raises(CheckpointError, match="carries no checksum"):
+        ElasticScores.load(path)

@@ -5,7 +5,8 @@ import torch
 from safetensors.torch import save_file
 
 from families import FAMILIES, random_subnet
-from snapvit_pl.errors import CheckpointError, UnsupportedModelError
+from snapvit_pl.errors import CheckpointError, ConfigError, UnsupportedModelError
+from snapvit_pl.io import verify_checksum, with_checksum
 from snapvit_pl.models import BackboneSpec, fingerprint, load_backbone, load_pruned, prune_, save_pruned
 
 
@@ -47,10 +48,23 @@ def saved(tmp_path):
 
 
 def _edit_record(path, **changes):
+    """Edit the record and seal it again with its checksum (what the checks below it must still catch)."""
     record_path = path / "architecture.json"
-    record = json.loads(record_path.read_text())
+    record = verify_checksum(json.loads(record_path.read_text()), record_path, "")
     record.update(changes)
+    record_path.write_text(json.dumps(with_checksum(record)))
+
+
+def test_record_edited_without_its_checksum_is_refused(saved):
+    record_path = saved / "architecture.json"
+    record = json.loads(record_path.read_text())
+    record["extra"] = {"metrics": {"knn_top1": 0.99}}  # valid JSON, the weights intact: only the checksum tells
     record_path.write_text(json.dumps(record))
+    with pytest.raises(CheckpointError, match="does not match its checksum"):
+        load_pruned(saved)
+    record_path.write_text(json.dumps({k: v for k, v in record.items() if k != "sha256"}))
+    with pytest.raises(CheckpointError, match="carries no checksum"):
+        load_pruned(saved)
 
 
 def test_record_that_disagrees_with_weights(saved):
@@ -92,7 +106,7 @@ def test_failed_save_leaves_no_partial_files(tmp_path):
 
 def test_overwrite_refused_unless_asked(saved):
     model, _ = load_pruned(saved)
-    with pytest.raises(FileExistsError, match="overwrite"):
+    with pytest.raises(ConfigError, match="overwrite"):
         save_pruned(model, saved, FAMILIES["dino_vit"], overwrite=False)
     save_pruned(model, saved, FAMILIES["dino_vit"], overwrite=True)
     assert _leftovers(saved.parent) == []
@@ -147,3 +161,17 @@ def test_hub_weights_without_network_fail_fast_in_one_line_naming_the_ways_out(t
     assert time.perf_counter() - started < 10 and "\n" not in message
     assert all(hint in message for hint in ("HF_HUB_OFFLINE=1", "checkpoint_path", "pretrained: false"))
     assert constants.HF_HUB_OFFLINE is False  # only the cache was read, for this load only
+
+
+def test_a_flipped_bit_in_the_weights_or_the_record_is_refused(saved):
+    from faults import flipped_copies
+
+    reference = {k: v.clone() for k, v in load_pruned(saved)[0].state_dict().items()}
+    for name in ("model.safetensors", "architecture.json"):
+        for position in flipped_copies(saved / name, count=15):
+            try:
+                model, _ = load_pruned(saved)
+            except CheckpointError:
+                continue
+            state = model.state_dict()  # only a harmless flip (JSON white space) may load, and then unchanged
+            assert all(torch.equal(state[k], reference[k]) for k in reference), (name, position)

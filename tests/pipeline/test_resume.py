@@ -62,3 +62,32 @@ def test_stages_refuse_to_run_out_of_order(model, tmp_path):
     pipeline.importance([])
     with pytest.raises(RuntimeError, match="after search, splits"):
         pipeline.export()
+
+
+def test_a_damaged_resume_state_is_refused(model, tmp_path):
+    from faults import flipped_copies
+    from snapvit_pl.io import content_digest
+
+    pipeline = _pipeline(model, tmp_path)
+    pipeline.importance([])
+    expected = load_resume_state(tmp_path)
+    for position in flipped_copies(tmp_path / RESUME_FILE, count=30):
+        try:
+            state = load_resume_state(tmp_path)
+        except CheckpointError as err:
+            assert "start the run again" in str(err)
+            continue
+        assert content_digest(state) == content_digest(expected), position  # only a harmless flip (zip metadata)
+    torch.save({**expected, "timings": {"scoring_s": 1.0}}, tmp_path / RESUME_FILE)  # rewritten without its checksum
+    with pytest.raises(CheckpointError, match="carries no checksum"):
+        load_resume_state(tmp_path)
+
+
+def test_a_resume_refuses_a_config_edited_since_the_run_started(model, tmp_path):
+    (tmp_path / "config.yaml").write_text("search:\n  max_evaluations: 4\n")
+    pipeline = _pipeline(model, tmp_path)
+    pipeline.importance([])
+    assert load_resume_state(tmp_path)["local"] is not None
+    (tmp_path / "config.yaml").write_text("search:\n  max_evaluations: 5\n")
+    with pytest.raises(CheckpointError, match="config.yaml changed since the run started"):
+        load_resume_state(tmp_path)
