@@ -12,7 +12,8 @@
 - ``python -m snapvit_pl.extract``: :meth:`Pipeline.from_scores`, then :meth:`~Pipeline.export`.
 
 A stage refuses to run before the stages it follows. The driver builds the base model's cost model
-once, decodes the fitness images once (the search and the split choice share them), and saves the
+once, builds one fitness (the fitness images, their dense embeddings and PCA: the search and the split choice
+share it), and saves the
 run's progress (``resume_state.pt``) after the importance pass and every round of search evaluations.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..models.loading import BackboneSpec, fingerprint
 from ..models.modes import eval_mode
 from ..progress import Progress, ProgressMode
 from ..scoring import LocalScores
+from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
 from ..search.population import AllGather
 from .extraction import Correction, Evaluation, check_budgets, extract_models
@@ -132,6 +134,7 @@ class Pipeline:
         self.state = RunState(self.spec, fingerprint(model), method=self.settings.record())
         self._cost: Optional[CostModel] = None
         self._fitness_images: Optional[torch.Tensor] = None
+        self._fitness: Optional[EmbeddingFitness] = None
         self._search_progress: Optional[SearchProgress] = None
         self._splits = SplitTable()  # the chosen splits, as the elastic scores record them
         self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
@@ -153,6 +156,13 @@ class Pipeline:
         if self._fitness_images is None:
             self._fitness_images = self.inputs.fitness_images(self.settings.search).to(self.device)
         return self._fitness_images
+
+    def fitness(self) -> EmbeddingFitness:
+        """The run's one fitness (dense embeddings and PCA of the fitness images, built once): the search's
+        objective and the judge of the splits."""
+        if self._fitness is None:
+            self._fitness = EmbeddingFitness(self.model, self.fitness_images(), self._local_scores(), self.settings.search)
+        return self._fitness
 
     def completed(self, stage: str) -> bool:
         return stage in self.state.completed
@@ -266,7 +276,6 @@ class Pipeline:
         run continues from its saved progress, in the middle of a generation too."""
         self._begin("search")
         s = self.settings.search
-        images = self.fitness_images() if s.max_evaluations > 0 else torch.empty(0)
         world = self.dist.world_size
 
         def saved(progress: SearchProgress) -> None:
@@ -282,9 +291,11 @@ class Pipeline:
             self.events.log_metrics({"search/best_fitness": es.best_fitness, "search/sigma": es.sigma}, es.evaluations)
 
         with eval_mode(self.model), self._peak_memory("search"):
-            result = run_search(self.model, images, self._local_scores(), s, rank=self.dist.rank, world_size=world,
-                                all_gather=self.dist.all_gather, resume=self._search_progress, on_progress=saved,
-                                on_generation=logged, progress=self._show())
+            fitness = self.fitness() if s.max_evaluations > 0 else None
+            result = run_search(self.model, torch.empty(0) if fitness is None else fitness.images, self._local_scores(), s,
+                                rank=self.dist.rank, world_size=world, all_gather=self.dist.all_gather,
+                                resume=self._search_progress, on_progress=saved, on_generation=logged,
+                                progress=self._show(), fitness=fitness)
         self.state.search = result
         self.state.timings.search_s = result.seconds
         self._end("search")
@@ -296,11 +307,14 @@ class Pipeline:
         the finished elastic scores to the run directory (rank 0). Returns them."""
         self._begin("splits")
         s = self.settings
-        if s.export.split == "fitness" and self.dist.is_main:
+        if s.export.split == "fitness":  # every rank: the candidates' evaluations are shared
             started = time.perf_counter()
             with eval_mode(self.model), self._peak_memory("splits"):
-                self.state.splits = choose_splits(self.model, self.fitness_images(), self.elastic_scores(),
-                                                  s.export.budgets, s.search, s.export, self.cost, self._show())
+                fitness = self.fitness()
+                self.state.splits = choose_splits(
+                    self.model, fitness.images, self.elastic_scores(), s.export.budgets, s.search, s.export, self.cost,
+                    self._show(), fitness=fitness, rank=self.dist.rank, world_size=self.dist.world_size,
+                    all_gather=self.dist.all_gather)
             self._splits = split_table(self.state.splits)
             self.state.timings.add("splits", time.perf_counter() - started)
         scores = self.elastic_scores()

@@ -51,3 +51,16 @@ def test_compare_methods_quick_gives_every_method_the_split_and_the_correction(t
     assert all("splits" in r for r in entry["runs"])  # every method cut at the fitness-chosen split
     assert {"ours", "ours+correction"} == set(report["goal"])
     assert (tmp_path / "compare_flops.png").stat().st_size > 0
+
+
+@needs_data
+def test_split_choice_tiny_compares_the_raced_choice_with_the_exhaustive_one(tmp_path):
+    from benchmarks.split_choice import main
+
+    assert main(["--tiny", "--out", str(tmp_path / "splits")]) == 0
+    report = json.loads((tmp_path / "splits.json").read_text())
+    entry = report["models"]["reference"][0]
+    assert len(entry["points"]) > 6 and all(p["relative_drift_difference"] >= 0 for p in entry["points"])
+    assert set(entry["raced"]) == {"asked", "grid"} and entry["exhaustive"]["grid_s"] > 0
+    assert 0 < report["summary"]["raced_flops_fraction_at_1000_images"] <= 1
+    assert (tmp_path / "splits.md").read_text().startswith("# Split choice")
