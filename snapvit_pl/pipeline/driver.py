@@ -39,15 +39,15 @@ from ..progress import Progress, ProgressMode
 from ..scoring import LocalScores
 from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
-from ..search.population import AllGather
-from .extraction import Correction, Evaluation, check_budgets, extract_models
+from ..search.population import AllGather, share_by_cost
+from .extraction import Correction, Evaluation, check_budgets, extract_models, refuse_existing
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
 from .resume import save_resume_state
 from .settings import PipelineSettings
 from .splits import choose_splits, split_table
-from .state import DenseModel, ExtractedModel, RunState
+from .state import DenseModel, ExtractedModel, RunState, Timings
 
 #: The stages, in the order they run.
 STAGES = ("importance", "search", "splits", "export", "report")
@@ -61,17 +61,28 @@ class Distributed:
         rank: this process's rank (0: the one that writes files).
         world_size: number of processes.
         all_reduce_sum: sums a tensor over processes (the scorers' statistics).
-        all_gather: gathers a ``[k]`` tensor from every process into ``[world_size, k]`` (the search's fitness).
+        all_gather: gathers a ``[k]`` tensor from every process into ``[world_size, k]`` (the search's fitness, the
+            split choice).
+        gather_objects: every process's (picklable) object, in rank order, on every process (the export's models).
     """
 
     rank: int = 0
     world_size: int = 1
     all_reduce_sum: Optional[AllReduceSum] = None
     all_gather: Optional[AllGather] = None
+    gather_objects: Optional[Callable[[Any], list[Any]]] = None
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def gather(self, value: Any) -> list[Any]:
+        """``value`` of every process, in rank order (``[value]`` in a single process)."""
+        if self.world_size == 1:
+            return [value]
+        if self.gather_objects is None:
+            raise RuntimeError("a multi-process run needs Distributed.gather_objects")
+        return self.gather_objects(value)
 
 
 @dataclass
@@ -334,7 +345,9 @@ class Pipeline:
         evaluate_dense: bool = True,
     ) -> list[ExtractedModel]:
         """Cut every budget from the elastic scores: cut -> correct (``correction.enabled``) -> evaluate
-        (``evaluation.metrics``) -> save, in that order; the dense model is evaluated first. Rank 0 only.
+        (``evaluation.metrics``) -> save, in that order; the dense model is evaluated too. Under DDP every rank
+        calls this: each takes its share of the models (and of the dense evaluation), writes its models into the
+        (shared) run directory, and every rank returns all of them, as one process would.
 
         Args:
             budgets: the budgets (default ``export.budgets``).
@@ -344,9 +357,6 @@ class Pipeline:
             evaluate_dense: also evaluate the dense model (the report's reference row).
         """
         self._begin("export")
-        if not self.dist.is_main:
-            self._end("export")
-            return []
         with self._peak_memory("export"):
             return self._export(budgets, models_dir, overwrite, evaluate_dense)
 
@@ -354,37 +364,54 @@ class Pipeline:
                 overwrite: bool, evaluate_dense: bool) -> list[ExtractedModel]:
         s = self.settings
         started = time.perf_counter()
-        before = (self.state.timings.correction_s or 0.0) + (self.state.timings.evaluation_s or 0.0)
         budgets = s.export.budgets if budgets is None else [Budget.parse(b) for b in budgets]
         cost = self._cost_for(budgets)
-        correction = None
-        if s.correction.enabled:
-            correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
-        data = self.inputs.evaluation_data(s.evaluation)
-        evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None
-        self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
-        if evaluation is not None and evaluate_dense:
-            with self.state.timings.measure("evaluation"):
-                self.state.dense.metrics = evaluation(self.model)
+        scores = self.elastic_scores()
+        # every budget resolved (a budget that cannot be met fails on every rank, before anything is written), then
+        # the models (and the dense evaluation) shared across ranks by their cost
+        flops = [cost.flops(scores.subnet(b, cost)[0]) / cost.dense_flops for b in budgets]
         if models_dir is None and self.run_dir is not None and s.export.save_models:
             models_dir = self.run_dir / "models"
-        with Progress("export", len(budgets), self._show(), unit="model") as bar:
+        if models_dir is not None and not overwrite:  # on every rank, before any work
+            refuse_existing(models_dir, [b.label() for b in budgets])
+        dense_job = evaluate_dense and s.evaluation.metrics
+        owner = share_by_cost(flops + ([1.0] if dense_job else []), self.dist.world_size)
+        mine = [b for b, r in zip(budgets, owner) if r == self.dist.rank]
+        correction = None
+        if s.correction.enabled and mine:
+            correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
+        data = self.inputs.evaluation_data(s.evaluation) if mine or (dense_job and owner[-1] == self.dist.rank) else None
+        evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None
+        self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
+        timings = Timings()
+        dense_metrics = None
+        if evaluation is not None and dense_job and owner[-1] == self.dist.rank:
+            with timings.measure("evaluation"):
+                dense_metrics = evaluation(self.model)
+        with Progress("export", len(mine), self._show(), unit="model") as bar:
             def finished(item: ExtractedModel) -> None:
                 bar.update(model=item.label, **{k.removesuffix("_top1"): round(100 * v, 2)
                                                 for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
 
-            self.state.extracted = extract_models(
-                self.model, self.elastic_scores(), budgets, mlp_multiple=s.export.mlp_multiple, correction=correction,
+            extracted = extract_models(
+                self.model, scores, mine, mlp_multiple=s.export.mlp_multiple, correction=correction,
                 evaluation=evaluation, save_dir=models_dir, spec=self.spec, overwrite=overwrite, cost=cost,
-                timings=self.state.timings, on_model=finished, measure_latency=cost.latency is not None,
+                timings=timings, on_model=finished, measure_latency=cost.latency is not None,
             )
+        shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
+        done = {item.label: item for share, _ in shares for item in share}
+        self.state.extracted = [done[b.label()] for b in budgets]
+        self.state.dense.metrics = next((m for _, m in shares if m is not None), None)
+        for stage in ("correction", "evaluation"):  # this process's wall clock, as every stage's
+            if getattr(timings, f"{stage}_s") is not None:
+                self.state.timings.add(stage, getattr(timings, f"{stage}_s"))
         if models_dir is not None and self.run_dir is not None:
             for item in self.state.extracted:
                 path = Path(item.checkpoint)
                 if path.is_relative_to(self.run_dir):
                     item.checkpoint = path.relative_to(self.run_dir).as_posix()
-        post = (self.state.timings.correction_s or 0.0) + (self.state.timings.evaluation_s or 0.0) - before
-        self.state.timings.add("export", time.perf_counter() - started - post)
+        own = (timings.correction_s or 0.0) + (timings.evaluation_s or 0.0)  # this process's
+        self.state.timings.add("export", time.perf_counter() - started - own)
         self._end("export")
         return self.state.extracted
 
@@ -395,8 +422,9 @@ class Pipeline:
         if cost.latency is None and any(b.latency is not None for b in budgets):
             e = self.settings.export
             cache = e.latency_table or (None if self.run_dir is None else self.run_dir / "latency_table.json")
-            cost.latency = latency_table(self.model, e.latency_batch_size, e.latency_device or self.device, cache,
-                                         mlp_multiple=e.mlp_multiple)
+            table = latency_table(self.model, e.latency_batch_size, e.latency_device or self.device, cache,
+                                  mlp_multiple=e.mlp_multiple) if self.dist.is_main else None
+            cost.latency = self.dist.gather(table)[0]  # rank 0's measurement: every rank cuts the same models
         return cost
 
     # -- stage 5: report -------------------------------------------------------------------------------------

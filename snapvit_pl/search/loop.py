@@ -52,12 +52,13 @@ class SearchResult:
         return self.initial_fitness is not None and self.best_fitness is not None and self.best_fitness < self.initial_fitness
 
     def summary(self) -> dict[str, Any]:
-        """What the search found, JSON-ready, from its inputs only (no timings: an interrupted and resumed run
-        records the same summary as an uninterrupted one); the elastic artifact and the report keep it."""
+        """What the search found, JSON-ready, from its inputs only (no timings, no share of each DDP rank: an
+        interrupted and resumed run, or one on more processes, records the same summary as an uninterrupted single
+        process); the elastic artifact and the report keep it."""
         return {
             "evaluations": self.evaluations, "generations": self.generations, "initial_fitness": self.initial_fitness,
             "best_fitness": self.best_fitness, "improved_on_initial": self.improved_on_initial,
-            "evaluations_per_rank": self.evaluations_per_rank, "stopped_by": self.stopped_by,
+            "stopped_by": self.stopped_by,
         }
 
 
