@@ -112,3 +112,11 @@ def display(path: Path) -> str:
 
 def pct(value: Optional[float], digits: int = 1) -> str:
     return "n/a" if value is None else f"{100 * value:.{digits}f}"
+
+
+def write_results(prefix: Path, report: dict[str, Any], markdown: Any) -> None:
+    """``<prefix>.json`` (the report, :func:`rounded`) and ``<prefix>.md`` (``markdown(rounded report)``)."""
+    from snapvit_pl.io import write_json_atomic, write_text_atomic
+
+    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
+    write_text_atomic(prefix.with_suffix(".md"), markdown(rounded(report)))

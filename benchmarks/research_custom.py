@@ -30,8 +30,17 @@ from snapvit_pl.elastic.ranking import min_kept
 from snapvit_pl.models import Subnet, prunable_blocks, use_subnet
 from snapvit_pl.pipeline import choose_splits, local_importance, run_search, scoring_views
 from snapvit_pl.scoring import GaussNewtonGreedy, LocalScores, OutputSensitivity, Scorer, ScoringError, build_scorer
-from snapvit_pl.scoring.sensitivity import sample_seeds, unit_masks
+from snapvit_pl.scoring.sensitivity import unit_masks
 from snapvit_pl.search.fitness import EmbeddingFitness
+
+
+def sample_seeds(images: Tensor, seed: int) -> list[int]:
+    """One seed per sample, from its pixels (and ``seed``): the probe stream the research results were computed with
+    (the library's scorers now draw their probes on the device: ``snapvit_pl.scoring.sensitivity.probe_seeds``)."""
+    import hashlib
+
+    flat = images.detach().float().cpu().reshape(images.shape[0], -1).numpy()
+    return [int(hashlib.sha1(row.tobytes() + str(seed).encode()).hexdigest()[:15], 16) for row in flat]
 
 #: The search of ``configs/prune/demo.yaml`` at commit 95e5592 (what ``search: {}`` meant there): SNES, 80
 #: evaluations, coefficients from 1.2 (first block) to 0.8 (last block). Today's defaults are no search and
@@ -239,7 +248,6 @@ def gram_greedy(setup, seed: int, probes: int = 8, max_sparsity: float = 0.7, bl
     from snapvit_pl.models import embed
     from snapvit_pl.models.modes import eval_mode
     from snapvit_pl.scoring.base import grad_only
-    from snapvit_pl.scoring.sensitivity import sample_seeds, unit_masks
     from snapvit_pl.scoring.activation import output_layer  # noqa: F401
     import torch.nn.functional as F
 

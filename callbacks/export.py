@@ -7,9 +7,9 @@ from snapvit_pl.lightning.pruning_module import PruningModule
 
 
 class ExportCallback(pl.Callback):
-    """Cuts, corrects (when enabled), evaluates and saves one model per budget (:meth:`Pipeline.export`; rank 0:
-    the other ranks have no work left once the search is done). Before any work (``on_fit_start``) it refuses
-    budgets the configured keep ratios cannot reach (:meth:`Pipeline.check`)."""
+    """Cuts, corrects (when enabled), evaluates and saves one model per budget (:meth:`Pipeline.export`; under DDP
+    each rank takes its share of the models). Before any work (``on_fit_start``) it refuses budgets the configured
+    keep ratios cannot reach (:meth:`Pipeline.check`)."""
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         pl_module.pipeline.check()

@@ -9,7 +9,8 @@ from snapvit_pl.lightning.pruning_module import PruningModule
 
 class SplitsCallback(pl.Callback):
     """Runs :meth:`Pipeline.choose_splits`: the fitness-chosen split of every budget asked for and of a grid of
-    parameter and FLOPs budgets, recorded in ``elastic_scores.safetensors`` (rank 0 writes it)."""
+    parameter and FLOPs budgets, recorded in ``elastic_scores.safetensors`` (under DDP the ranks share the
+    candidates' evaluations; rank 0 writes the file)."""
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         pl_module.pipeline.choose_splits()

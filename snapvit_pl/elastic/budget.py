@@ -23,7 +23,7 @@ from ..models.units import Subnet, UnitGroup, iter_slots, prunable_blocks
 
 if TYPE_CHECKING:
     from .latency import LatencyTable
-from .ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP, check_ratio, min_kept, select_subnet
+from .ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP, UnitRanking, check_ratio, min_kept, select_ranked
 
 HEAD_LAG = 0.15  # head_ratio = mlp_ratio - HEAD_LAG along the schedule
 COST_KINDS = ("sparsity", "params", "flops", "latency")
@@ -251,7 +251,8 @@ def resolve(
         PruningSpecError: a target below what the minimum keep ratios allow (the message gives
             the smallest reachable value), or a cost budget without a ``CostModel``.
     """
-    select = lambda m, h: select_subnet(head_scores, neuron_scores, m, h, min_mlp_keep, min_head_keep, mlp_multiple)  # noqa: E731
+    ranked = UnitRanking(head_scores, min_head_keep, "head"), UnitRanking(neuron_scores, min_mlp_keep, "MLP")  # sorted once
+    select = lambda m, h: select_ranked(*ranked, m, h, mlp_multiple)  # noqa: E731
     if not budget.is_cost:
         m, h = budget.mlp_ratio or 0.0, budget.head_ratio or 0.0
         return select(m, h), m, h
@@ -284,9 +285,19 @@ def resolve(
     else:  # a fixed head ratio, the MLP ratio free
         fixed = min(check_ratio(head_ratio, "head_ratio"), max_head)
         t_end, path = max_mlp, (lambda t: (min(t, max_mlp), fixed))
-    if measure(select(*path(0.0))) <= target:
+    costs: dict[tuple[int, int], float] = {}
+
+    def cost_at(t: float) -> float:
+        """The cost along the path at ``t`` (measured once per cut: the bisection revisits cuts)."""
+        m, h = path(t)
+        cut = (ranked[1].removed(m), ranked[0].removed(h))
+        if cut not in costs:
+            costs[cut] = measure(select(m, h))
+        return costs[cut]
+
+    if cost_at(0.0) <= target:
         return select(*path(0.0)), *path(0.0)
-    smallest = measure(select(*path(t_end)))
+    smallest = cost_at(t_end)
     if smallest > target:
         split = "" if head_ratio is None else f" with head_ratio {head_ratio:.3f}"
         asked = budget.describe() + (" (read as a count: a fraction of the dense model is <= 1)"
@@ -299,7 +310,7 @@ def resolve(
     lo, hi = 0.0, t_end  # invariant: cost(lo) > target >= cost(hi)
     for _ in range(50):
         mid = (lo + hi) / 2
-        if measure(select(*path(mid))) <= target:
+        if cost_at(mid) <= target:
             hi = mid
         else:
             lo = mid

@@ -22,46 +22,84 @@ def check_ratio(value: float, name: str) -> float:
     return value
 
 
-def _global_keep(scores: Sequence[torch.Tensor], ratio: float, min_keep_ratio: float, kind: str) -> list[torch.Tensor]:
-    sizes = [len(s) for s in scores]
-    protected = [min_kept(n, min_keep_ratio) for n in sizes]
-    to_prune = int(math.floor(ratio * sum(sizes) + 1e-9))
-    prunable = sum(sizes) - sum(protected)
-    if to_prune > prunable:
-        raise PruningSpecError(
-            f"{kind} prune ratio {ratio:.4f} removes {to_prune} of {sum(sizes)} units, but the minimum keep ratio "
-            f"{min_keep_ratio} protects {sum(protected)}: at most {prunable / sum(sizes):.4f} is reachable; "
-            f"lower the ratio or the minimum keep ratio"
-        )
-    ranked = []
-    for block, (s, keep) in enumerate(zip(scores, protected)):
-        s = s.detach().float().cpu()
-        order = torch.argsort(s, descending=True, stable=True)
-        # Protected units get +inf so the global cut never reaches them.
-        ranked.append(torch.where(torch.isin(torch.arange(len(s)), order[:keep]), torch.full_like(s, math.inf), s))
-    flat = torch.cat(ranked)
-    owner = torch.cat([torch.full((n,), b) for b, n in enumerate(sizes)])
-    local = torch.cat([torch.arange(n) for n in sizes])
-    pruned = torch.argsort(flat, stable=True)[:to_prune]
-    mask = torch.ones(len(flat), dtype=torch.bool)
-    mask[pruned] = False
-    return [local[(owner == b) & mask] for b in range(len(sizes))]
+class UnitRanking:
+    """One kind of unit (heads or neurons) ranked once, globally across blocks: a prune ratio removes a prefix of
+    the ranking, so any number of ratios (a budget's bisection) costs one sort.
+
+    The top ``min_keep_ratio`` of every block is protected (never pruned); the others are removed lowest score
+    first, ties in block order.
+
+    Args:
+        scores: per block, one score per unit; higher is more important.
+        min_keep_ratio: share of each block's units never pruned.
+        kind: ``"head"`` or ``"MLP"`` (for error messages).
+    """
+
+    def __init__(self, scores: Sequence[torch.Tensor], min_keep_ratio: float, kind: str):
+        self.scores = [s.detach().float().cpu() for s in scores]
+        self.sizes = [len(s) for s in self.scores]
+        self.min_keep_ratio, self.kind = min_keep_ratio, kind
+        protected = [min_kept(n, min_keep_ratio) for n in self.sizes]
+        self.total, self.protected = sum(self.sizes), sum(protected)
+        self.block_orders = [torch.argsort(s, descending=True, stable=True) for s in self.scores]
+        ranked = []
+        for s, order, keep in zip(self.scores, self.block_orders, protected):
+            # Protected units get +inf so the global cut never reaches them.
+            ranked.append(s.index_fill(0, order[:keep], math.inf))
+        self.order = torch.argsort(torch.cat(ranked), stable=True)  # removal order
+        self.owner = torch.cat([torch.full((n,), b) for b, n in enumerate(self.sizes)])
+        self.local = torch.cat([torch.arange(n) for n in self.sizes])
+        self._cuts: dict[int, list[torch.Tensor]] = {}  # units removed -> kept per block (a bisection revisits cuts)
+
+    def removed(self, ratio: float) -> int:
+        """How many units ``ratio`` removes."""
+        return int(math.floor(ratio * self.total + 1e-9))
+
+    def keep(self, ratio: float) -> list[torch.Tensor]:
+        """Per block, the sorted indices of the units kept when ``ratio`` of all units are removed (not to be modified:
+        the same cut returns the same tensors).
+
+        Raises:
+            PruningSpecError: the minimum keep ratio protects more units than ``ratio`` leaves.
+        """
+        to_prune = self.removed(ratio)
+        prunable = self.total - self.protected
+        if to_prune > prunable:
+            raise PruningSpecError(
+                f"{self.kind} prune ratio {ratio:.4f} removes {to_prune} of {self.total} units, but the minimum keep "
+                f"ratio {self.min_keep_ratio} protects {self.protected}: at most {prunable / self.total:.4f} is "
+                f"reachable; lower the ratio or the minimum keep ratio"
+            )
+        if to_prune not in self._cuts:
+            mask = torch.ones(self.total, dtype=torch.bool)
+            mask[self.order[:to_prune]] = False
+            counts = torch.bincount(self.owner[mask], minlength=len(self.sizes)).tolist()
+            self._cuts[to_prune] = [t.clone() for t in torch.split(self.local[mask], counts)]
+        return list(self._cuts[to_prune])  # the same (read-only) tensors for the same cut
+
+    def round_widths(self, keep: list[torch.Tensor], multiple: int) -> list[torch.Tensor]:
+        """Round each block's kept count to the nearest multiple (at least one multiple, at most all units): the
+        best pruned units are added back, or the worst kept ones dropped."""
+        rounded = []
+        for kept, n, order in zip(keep, self.sizes, self.block_orders):
+            target = min(n, max(multiple, multiple * round(len(kept) / multiple)))
+            if target >= len(kept):  # add the best pruned units back
+                extra = order[~torch.isin(order, kept)][: target - len(kept)]
+                rounded.append(torch.sort(torch.cat([kept, extra])).values)
+            else:  # drop the worst kept units
+                ranked_kept = order[torch.isin(order, kept)]
+                rounded.append(torch.sort(ranked_kept[:target]).values)
+        return rounded
 
 
-def _round_widths(keep: list[torch.Tensor], scores: Sequence[torch.Tensor], multiple: int) -> list[torch.Tensor]:
-    """Round each block's kept count to the nearest multiple (at least one multiple, at most all units)."""
-    rounded = []
-    for kept, s in zip(keep, scores):
-        n = len(s)
-        target = min(n, max(multiple, multiple * round(len(kept) / multiple)))
-        order = torch.argsort(s.detach().float().cpu(), descending=True, stable=True)
-        if target >= len(kept):  # add the best pruned units back
-            extra = order[~torch.isin(order, kept)][: target - len(kept)]
-            rounded.append(torch.sort(torch.cat([kept, extra])).values)
-        else:  # drop the worst kept units
-            ranked_kept = order[torch.isin(order, kept)]
-            rounded.append(torch.sort(ranked_kept[:target]).values)
-    return rounded
+def select_ranked(heads: UnitRanking, neurons: UnitRanking, mlp_ratio: float, head_ratio: float,
+                  mlp_multiple: int = 1) -> Subnet:
+    """:func:`select_subnet` from rankings made once (for many ratios over the same scores)."""
+    mlp_ratio, head_ratio = check_ratio(mlp_ratio, "mlp_ratio"), check_ratio(head_ratio, "head_ratio")
+    kept_heads, kept_neurons = heads.keep(head_ratio), neurons.keep(mlp_ratio)
+    if mlp_multiple > 1:
+        kept_neurons = neurons.round_widths(kept_neurons, mlp_multiple)
+    return Subnet(kept_heads, kept_neurons)
 
 
 def select_subnet(
@@ -91,9 +129,5 @@ def select_subnet(
     Raises:
         PruningSpecError: a ratio outside [0, 1), or one the keep ratios make unreachable.
     """
-    mlp_ratio, head_ratio = check_ratio(mlp_ratio, "mlp_ratio"), check_ratio(head_ratio, "head_ratio")
-    heads = _global_keep(head_scores, head_ratio, min_head_keep, "head")
-    neurons = _global_keep(neuron_scores, mlp_ratio, min_mlp_keep, "MLP")
-    if mlp_multiple > 1:
-        neurons = _round_widths(neurons, neuron_scores, mlp_multiple)
-    return Subnet(heads, neurons)
+    return select_ranked(UnitRanking(head_scores, min_head_keep, "head"), UnitRanking(neuron_scores, min_mlp_keep, "MLP"),
+                         mlp_ratio, head_ratio, mlp_multiple)

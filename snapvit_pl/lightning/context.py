@@ -11,15 +11,20 @@ from .logging import log_report
 
 
 def distributed(trainer: pl.Trainer) -> Distributed:
-    """This process's rank, the world size and the strategy's collectives (sum-reduce, gather)."""
+    """This process's rank, the world size and the strategy's collectives (sum-reduce, gather, gather objects)."""
     world = trainer.world_size
     strategy = trainer.strategy
 
     def all_gather(tensor: torch.Tensor) -> torch.Tensor:
         return strategy.all_gather(tensor.to(strategy.root_device)).reshape(world, -1)
 
+    def gather_objects(value: Any) -> list[Any]:
+        gathered: list[Any] = [None] * world
+        torch.distributed.all_gather_object(gathered, value)
+        return gathered
+
     return Distributed(trainer.global_rank, world, lambda tensor: strategy.reduce(tensor, reduce_op="sum"),
-                       all_gather if world > 1 else None)
+                       all_gather if world > 1 else None, gather_objects if world > 1 else None)
 
 
 def events(trainer: pl.Trainer, pipeline: Pipeline) -> RunEvents:

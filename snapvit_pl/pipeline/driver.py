@@ -12,7 +12,8 @@
 - ``python -m snapvit_pl.extract``: :meth:`Pipeline.from_scores`, then :meth:`~Pipeline.export`.
 
 A stage refuses to run before the stages it follows. The driver builds the base model's cost model
-once, decodes the fitness images once (the search and the split choice share them), and saves the
+once, builds one fitness (the fitness images, their dense embeddings and PCA: the search and the split choice
+share it), and saves the
 run's progress (``resume_state.pt``) after the importance pass and every round of search evaluations.
 """
 from __future__ import annotations
@@ -36,16 +37,17 @@ from ..models.loading import BackboneSpec, fingerprint
 from ..models.modes import eval_mode
 from ..progress import Progress, ProgressMode
 from ..scoring import LocalScores
+from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
-from ..search.population import AllGather
-from .extraction import Correction, Evaluation, check_budgets, extract_models
+from ..search.population import AllGather, share_by_cost
+from .extraction import Correction, Evaluation, check_budgets, extract_models, refuse_existing
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
 from .resume import save_resume_state
 from .settings import PipelineSettings
 from .splits import choose_splits, split_table
-from .state import DenseModel, ExtractedModel, RunState
+from .state import DenseModel, ExtractedModel, RunState, Timings
 
 #: The stages, in the order they run.
 STAGES = ("importance", "search", "splits", "export", "report")
@@ -59,17 +61,28 @@ class Distributed:
         rank: this process's rank (0: the one that writes files).
         world_size: number of processes.
         all_reduce_sum: sums a tensor over processes (the scorers' statistics).
-        all_gather: gathers a ``[k]`` tensor from every process into ``[world_size, k]`` (the search's fitness).
+        all_gather: gathers a ``[k]`` tensor from every process into ``[world_size, k]`` (the search's fitness, the
+            split choice).
+        gather_objects: every process's (picklable) object, in rank order, on every process (the export's models).
     """
 
     rank: int = 0
     world_size: int = 1
     all_reduce_sum: Optional[AllReduceSum] = None
     all_gather: Optional[AllGather] = None
+    gather_objects: Optional[Callable[[Any], list[Any]]] = None
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def gather(self, value: Any) -> list[Any]:
+        """``value`` of every process, in rank order (``[value]`` in a single process)."""
+        if self.world_size == 1:
+            return [value]
+        if self.gather_objects is None:
+            raise RuntimeError("a multi-process run needs Distributed.gather_objects")
+        return self.gather_objects(value)
 
 
 @dataclass
@@ -136,6 +149,7 @@ class Pipeline:
         self.state = RunState(self.spec, fingerprint(model), method=self.settings.record())
         self._cost: Optional[CostModel] = None
         self._fitness_images: Optional[torch.Tensor] = None
+        self._fitness: Optional[EmbeddingFitness] = None
         self._search_progress: Optional[SearchProgress] = None
         self._splits = SplitTable()  # the chosen splits, as the elastic scores record them
         self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
@@ -157,6 +171,13 @@ class Pipeline:
         if self._fitness_images is None:
             self._fitness_images = self.inputs.fitness_images(self.settings.search).to(self.device)
         return self._fitness_images
+
+    def fitness(self) -> EmbeddingFitness:
+        """The run's one fitness (dense embeddings and PCA of the fitness images, built once): the search's
+        objective and the judge of the splits."""
+        if self._fitness is None:
+            self._fitness = EmbeddingFitness(self.model, self.fitness_images(), self._local_scores(), self.settings.search)
+        return self._fitness
 
     def completed(self, stage: str) -> bool:
         return stage in self.state.completed
@@ -286,7 +307,6 @@ class Pipeline:
         run continues from its saved progress, in the middle of a generation too."""
         self._begin("search")
         s = self.settings.search
-        images = self.fitness_images() if s.max_evaluations > 0 else torch.empty(0)
         world = self.dist.world_size
 
         def saved(progress: SearchProgress) -> None:
@@ -302,9 +322,11 @@ class Pipeline:
             self.events.log_metrics({"search/best_fitness": es.best_fitness, "search/sigma": es.sigma}, es.evaluations)
 
         with eval_mode(self.model), self._peak_memory("search"):
-            result = run_search(self.model, images, self._local_scores(), s, rank=self.dist.rank, world_size=world,
-                                all_gather=self.dist.all_gather, resume=self._search_progress, on_progress=saved,
-                                on_generation=logged, progress=self._show())
+            fitness = self.fitness() if s.max_evaluations > 0 else None
+            result = run_search(self.model, torch.empty(0) if fitness is None else fitness.images, self._local_scores(), s,
+                                rank=self.dist.rank, world_size=world, all_gather=self.dist.all_gather,
+                                resume=self._search_progress, on_progress=saved, on_generation=logged,
+                                progress=self._show(), fitness=fitness)
         self.state.search = result
         self.state.timings.search_s = result.seconds
         self._end("search")
@@ -316,11 +338,14 @@ class Pipeline:
         the finished elastic scores to the run directory (rank 0). Returns them."""
         self._begin("splits")
         s = self.settings
-        if s.export.split == "fitness" and self.dist.is_main:
+        if s.export.split == "fitness":  # every rank: the candidates' evaluations are shared
             started = time.perf_counter()
             with eval_mode(self.model), self._peak_memory("splits"):
-                self.state.splits = choose_splits(self.model, self.fitness_images(), self.elastic_scores(),
-                                                  s.export.budgets, s.search, s.export, self.cost, self._show())
+                fitness = self.fitness()
+                self.state.splits = choose_splits(
+                    self.model, fitness.images, self.elastic_scores(), s.export.budgets, s.search, s.export, self.cost,
+                    self._show(), fitness=fitness, rank=self.dist.rank, world_size=self.dist.world_size,
+                    all_gather=self.dist.all_gather)
             self._splits = split_table(self.state.splits)
             self.state.timings.add("splits", time.perf_counter() - started)
         scores = self.elastic_scores()
@@ -340,7 +365,9 @@ class Pipeline:
         evaluate_dense: bool = True,
     ) -> list[ExtractedModel]:
         """Cut every budget from the elastic scores: cut -> correct (``correction.enabled``) -> evaluate
-        (``evaluation.metrics``) -> save, in that order; the dense model is evaluated first. Rank 0 only.
+        (``evaluation.metrics``) -> save, in that order; the dense model is evaluated too. Under DDP every rank
+        calls this: each takes its share of the models (and of the dense evaluation), writes its models into the
+        (shared) run directory, and every rank returns all of them, as one process would.
 
         Args:
             budgets: the budgets (default ``export.budgets``).
@@ -350,9 +377,6 @@ class Pipeline:
             evaluate_dense: also evaluate the dense model (the report's reference row).
         """
         self._begin("export")
-        if not self.dist.is_main:
-            self._end("export")
-            return []
         with self._peak_memory("export"):
             return self._export(budgets, models_dir, overwrite, evaluate_dense)
 
@@ -360,49 +384,71 @@ class Pipeline:
                 overwrite: bool, evaluate_dense: bool) -> list[ExtractedModel]:
         s = self.settings
         started = time.perf_counter()
-        before = (self.state.timings.correction_s or 0.0) + (self.state.timings.evaluation_s or 0.0)
         budgets = s.export.budgets if budgets is None else [Budget.parse(b) for b in budgets]
-        cost = self._cost_for(budgets)
-        correction = None
-        if s.correction.enabled:
-            correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
-        data = self.inputs.evaluation_data(s.evaluation)
-        evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None
-        self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
-        if evaluation is not None and evaluate_dense:
-            with self.state.timings.measure("evaluation"):
-                self.state.dense.metrics = evaluation(self.model)
+        cost = self._cost_for(budgets, shared=True)
+        scores = self.elastic_scores()
+        # every budget resolved (a budget that cannot be met fails on every rank, before anything is written), then
+        # the models (and the dense evaluation) shared across ranks by their cost
+        flops = [cost.flops(scores.subnet(b, cost)[0]) / cost.dense_flops for b in budgets]
         if models_dir is None and self.run_dir is not None and s.export.save_models:
             models_dir = self.run_dir / "models"
-        with Progress("export", len(budgets), self._show(), unit="model") as bar:
+        if models_dir is not None and not overwrite:  # on every rank, before any work
+            refuse_existing(models_dir, [b.label() for b in budgets])
+        dense_job = evaluate_dense and s.evaluation.metrics
+        owner = share_by_cost(flops + ([1.0] if dense_job else []), self.dist.world_size)
+        mine = [b for b, r in zip(budgets, owner) if r == self.dist.rank]
+        correction = None
+        if s.correction.enabled and mine:
+            correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
+        data = self.inputs.evaluation_data(s.evaluation) if mine or (dense_job and owner[-1] == self.dist.rank) else None
+        evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None
+        self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
+        timings = Timings()
+        dense_metrics = None
+        if evaluation is not None and dense_job and owner[-1] == self.dist.rank:
+            with timings.measure("evaluation"):
+                dense_metrics = evaluation(self.model)
+        with Progress("export", len(mine), self._show(), unit="model") as bar:
             def finished(item: ExtractedModel) -> None:
                 bar.update(model=item.label, **{k.removesuffix("_top1"): round(100 * v, 2)
                                                 for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
 
-            self.state.extracted = extract_models(
-                self.model, self.elastic_scores(), budgets, mlp_multiple=s.export.mlp_multiple, correction=correction,
+            extracted = extract_models(
+                self.model, scores, mine, mlp_multiple=s.export.mlp_multiple, correction=correction,
                 evaluation=evaluation, save_dir=models_dir, spec=self.spec, overwrite=overwrite, cost=cost,
-                timings=self.state.timings, on_model=finished, measure_latency=cost.latency is not None,
+                timings=timings, on_model=finished, measure_latency=cost.latency is not None,
             )
+        shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
+        done = {item.label: item for share, _ in shares for item in share}
+        self.state.extracted = [done[b.label()] for b in budgets]
+        self.state.dense.metrics = next((m for _, m in shares if m is not None), None)
+        for stage in ("correction", "evaluation"):  # this process's wall clock, as every stage's
+            if getattr(timings, f"{stage}_s") is not None:
+                self.state.timings.add(stage, getattr(timings, f"{stage}_s"))
         if models_dir is not None and self.run_dir is not None:
             for item in self.state.extracted:
                 path = Path(item.checkpoint)
                 if path.is_relative_to(self.run_dir):
                     item.checkpoint = path.relative_to(self.run_dir).as_posix()
-        post = (self.state.timings.correction_s or 0.0) + (self.state.timings.evaluation_s or 0.0) - before
-        self.state.timings.add("export", time.perf_counter() - started - post)
+        own = (timings.correction_s or 0.0) + (timings.evaluation_s or 0.0)  # this process's
+        self.state.timings.add("export", time.perf_counter() - started - own)
         self._end("export")
         return self.state.extracted
 
-    def _cost_for(self, budgets: Sequence[Budget], device: Optional[torch.device | str] = None) -> CostModel:
+    def _cost_for(self, budgets: Sequence[Budget], device: Optional[torch.device | str] = None,
+                  shared: bool = False) -> CostModel:
         """The cost model, with the latency table of the target device when a budget asks for latency (measured
-        once, cached in the run directory)."""
+        once, by rank 0, cached in the run directory). ``shared``: called on every rank (the export), which all take
+        rank 0's table so that every rank cuts the same models; the start-up check runs on rank 0 alone."""
         cost = self.cost
-        if cost.latency is None and any(b.latency is not None for b in budgets):
-            e = self.settings.export
-            cache = e.latency_table or (None if self.run_dir is None else self.run_dir / "latency_table.json")
-            cost.latency = latency_table(self.model, e.latency_batch_size, e.latency_device or device or self.device,
-                                         cache, mlp_multiple=e.mlp_multiple)
+        if any(b.latency is not None for b in budgets):
+            if cost.latency is None and self.dist.is_main:
+                e = self.settings.export
+                cache = e.latency_table or (None if self.run_dir is None else self.run_dir / "latency_table.json")
+                cost.latency = latency_table(self.model, e.latency_batch_size, e.latency_device or device or self.device,
+                                             cache, mlp_multiple=e.mlp_multiple)
+            if shared:
+                cost.latency = self.dist.gather(cost.latency)[0]
         return cost
 
     # -- stage 5: report -------------------------------------------------------------------------------------

@@ -84,6 +84,14 @@ def check_budgets(model: nn.Module, budgets: Sequence[Budget], importance: Impor
             placeholder.subnet(budget, cost, mlp_multiple)
 
 
+def refuse_existing(save_dir: str | Path, labels: Sequence[str]) -> None:
+    """Raise ``ConfigError`` when ``save_dir`` already holds a model of one of ``labels``."""
+    existing = [label for label in labels if (Path(save_dir) / label).exists()]
+    if existing:
+        raise ConfigError(f"{save_dir} already holds {', '.join(existing)}; pass --overwrite true to replace them "
+                          "or choose another output directory")
+
+
 def extract_models(
     base: nn.Module,
     scores: ElasticScores,
@@ -136,10 +144,7 @@ def extract_models(
         items.append(ExtractedModel(budget.label(), budget, subnet, mlp_ratio, head_ratio, cost.params(subnet),
                                     cost.flops(subnet)))
     if save_dir is not None and not overwrite:
-        existing = [item.label for item in items if (Path(save_dir) / item.label).exists()]
-        if existing:
-            raise ConfigError(f"{save_dir} already holds {', '.join(existing)}; pass --overwrite true to replace them "
-                              "or choose another output directory")
+        refuse_existing(save_dir, [item.label for item in items])
     extracted = []
     for item in items:
         subnet = item.subnet

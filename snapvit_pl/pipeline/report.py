@@ -15,7 +15,7 @@ from .tables import CAPTION, columns, metric_names, rows, summary_table
 def build_report(state: RunState) -> dict[str, Any]:
     """The ``report.json`` content."""
     search = {} if state.search is None else (state.search.summary() | {
-        "resumed_at": state.search.resumed_at, "forward_s": round(state.search.forward_s, 3),
+        "evaluations_per_rank": state.search.evaluations_per_rank, "resumed_at": state.search.resumed_at, "forward_s": round(state.search.forward_s, 3),
         "history": state.search.history})
     dense = {} if state.dense is None else {"params": state.dense.params, "flops": state.dense.flops,
                                             "macs": macs(state.dense.flops)}

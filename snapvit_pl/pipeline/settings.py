@@ -77,6 +77,8 @@ class ExportSettings:
         split_candidates: head ratios tried per budget with ``split: fitness``.
         split_step: spacing of those head ratios.
         split_grid: spacing of the grid of kept parameter and FLOPs fractions (0: only the budgets asked for).
+        split_images: fitness images every candidate split is raced on first; the candidates that may still win go
+            on to twice as many, up to all of them (``search.num_images`` or more: every candidate on every image).
         latency_batch_size: batch size of the latency table (for ``{"latency": ms}`` budgets).
         latency_device: device of the latency table (default: the run's device).
         latency_table: the latency table's JSON file, reused when it was measured for this architecture, device
@@ -91,6 +93,7 @@ class ExportSettings:
     split_candidates: int = 7
     split_step: float = 0.1
     split_grid: float = 0.1
+    split_images: int = 128
     latency_batch_size: int = 64
     latency_device: Optional[str] = None
     latency_table: Optional[str] = None
@@ -105,6 +108,8 @@ class ExportSettings:
                               f"split_candidates >= 1 (got {self.split_candidates})")
         if self.latency_batch_size < 1:
             raise ConfigError(f"export.latency_batch_size must be >= 1, got {self.latency_batch_size}")
+        if self.split_images < 1:
+            raise ConfigError(f"export.split_images must be >= 1, got {self.split_images}")
         if not 0 < self.split_step < 1 or not 0 <= self.split_grid < 1:
             raise ConfigError(f"export.split_step must lie in (0, 1) (got {self.split_step}) and split_grid in [0, 1) "
                               f"(got {self.split_grid})")

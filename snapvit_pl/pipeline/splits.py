@@ -10,6 +10,18 @@ The choice is made for every budget a run asks for and for a grid of kept parame
 fractions, and recorded in the elastic scores (:class:`snapvit_pl.elastic.SplitTable`): any budget
 cut later (``scores.extract(model, flops=0.45)``, ``python -m snapvit_pl.extract``) takes the head
 ratio recorded for its kept fraction, or interpolated between the two nearest.
+
+What it costs (``benchmarks/results/split_choice.md`` measures it against trying every candidate on every image):
+
+- candidates are raced (:mod:`snapvit_pl.search.race`): on a few fitness images first, on more only while they may
+  still win; candidates with the same kept units are evaluated once;
+- a budget asked for races its whole window of ``split_candidates`` head ratios from ``export.split_images`` images;
+  a grid point (a split recorded for later budgets) races its whole window from ``MIN_IMAGES`` images;
+- where the scores are the default output sensitivity, a grid point starts from the split chosen nearest to it and
+  follows the first-order estimate of the drift (half the removed units' scores) down to its minimum; where that
+  estimate is below :data:`FIRST_ORDER_DRIFT`, the first-order choice only has to lead its two neighbours on
+  ``MIN_IMAGES`` images (else the whole window is raced);
+- the races of a round run side by side, their evaluations shared across DDP ranks.
 """
 from __future__ import annotations
 
@@ -25,8 +37,14 @@ from ..elastic.splits import TOLERANCE, SplitTable
 from ..errors import PruningSpecError
 from ..progress import Progress, ProgressMode
 from ..search.fitness import EmbeddingFitness
+from ..search.population import AllGather
+from ..search.race import MIN_IMAGES, Entrant, Race, Racer
 from ..search.settings import SearchSettings
 from .settings import ExportSettings
+
+#: A grid point whose first-order drift estimate (``1 - cos``) is below this takes the first-order choice once it leads
+#: a first round of ``MIN_IMAGES`` images (measured to agree with the fitness there: benchmarks/results/split_choice.md).
+FIRST_ORDER_DRIFT = 0.01
 
 
 @dataclass
@@ -39,8 +57,12 @@ class SplitChoice:
         keep: the kept fraction of the dense model's ``metric``.
         head_ratio: the chosen head ratio (the budget's MLP ratio follows from it).
         schedule_head_ratio: the default schedule's head ratio for this budget.
-        candidates: ``(head_ratio, mlp_ratio, distance)`` of every feasible candidate.
+        candidates: ``(head_ratio, mlp_ratio, distance)`` of every candidate raced: its drift on the fitness images
+            it was raced on.
         requested: a budget the run asked for (else a point of the grid).
+        images: for each candidate, the fitness images its distance was measured on.
+        criterion: ``fitness`` (raced on the fitness images) or ``first_order`` (the first-order estimate's choice,
+            confirmed by leading the first round of its race).
     """
 
     label: str
@@ -50,6 +72,8 @@ class SplitChoice:
     schedule_head_ratio: float
     candidates: list[tuple[float, float, float]] = field(default_factory=list)
     requested: bool = False
+    images: list[int] = field(default_factory=list)
+    criterion: str = "fitness"
 
 
 def split_candidates(center: float, count: int, step: float, max_head: float) -> list[float]:
@@ -81,6 +105,80 @@ def split_points(budgets: Sequence[Budget], cost: CostModel, grid: float) -> lis
     return points
 
 
+@dataclass
+class _Candidate:
+    head_ratio: float
+    mlp_ratio: float
+    entrant: Entrant
+
+
+class _Point:
+    """One budget to split: its window of candidate head ratios, resolved when first needed."""
+
+    def __init__(self, index: int, label: str, metric: str, keep: float, requested: bool, schedule: float,
+                 ratios: list[float], resolve_at: Callable[[float], Optional[tuple[float, float, object]]],  # (h, m, subnet)
+                 cost: Callable[[object], float]):
+        self.index, self.label, self.metric, self.keep, self.requested = index, label, metric, keep, requested
+        self.schedule, self.ratios, self._resolve_at, self._cost = schedule, ratios, resolve_at, cost
+        self._candidates: dict[int, Optional[_Candidate]] = {}
+
+    def candidate(self, position: int) -> Optional[_Candidate]:
+        """The candidate at ``position`` of the window (None: outside it, or its head ratio cannot meet the budget)."""
+        if not 0 <= position < len(self.ratios):
+            return None
+        if position not in self._candidates:
+            found = self._resolve_at(self.ratios[position])
+            self._candidates[position] = None if found is None else _Candidate(
+                found[0], found[1], Entrant(found[2], self._cost(found[2]), abs(found[0] - self.schedule), position))
+        return self._candidates[position]
+
+    def feasible(self, positions: Sequence[int]) -> list[_Candidate]:
+        return [c for c in (self.candidate(p) for p in positions) if c is not None]
+
+    def beyond(self, position: int, step: int, keys: set) -> Optional[_Candidate]:
+        """The first feasible candidate from ``position`` in direction ``step`` whose kept units are not in ``keys``
+        (head ratios that keep the same units are stepped over)."""
+        position += step
+        while (candidate := self.candidate(position)) is not None:
+            if candidate.entrant.key not in keys:
+                return candidate
+            position += step
+        return None
+
+    def around(self, position: int) -> list[int]:
+        """``position`` and the nearest distinct sub-network on each side of it (the window a grid point starts with)."""
+        keys = {self.candidate(position).entrant.key}
+        found = [position]
+        for step in (-1, 1):
+            beyond = self.beyond(position, step, keys)
+            if beyond is not None:
+                found.append(beyond.entrant.label)
+        return sorted(found)
+
+    def nearest(self, head_ratio: float) -> int:
+        """The feasible window position whose head ratio is nearest ``head_ratio`` (-1: none is feasible); only the
+        positions up to it are resolved."""
+        by_distance = sorted(range(len(self.ratios)), key=lambda p: (abs(self.ratios[p] - head_ratio), p))
+        return next((p for p in by_distance if self.candidate(p) is not None), -1)
+
+
+def first_order_valid(scores: ElasticScores) -> bool:
+    """Whether the scores estimate the drift itself: the default output sensitivity (of the normalised embedding, not
+    centred) with every coefficient 1. Then half the sum of the scores a sub-network removes is a first-order estimate
+    of its drift ``1 - cos`` (docs/method.md)."""
+    scorer = scores.settings.get("scorer") or {}
+    coefficients = scores.coefficients
+    return (scorer.get("name") == "sensitivity" and scorer.get("target", "normalized") == "normalized"
+            and scorer.get("center") is None and (coefficients is None or bool((coefficients == 1).all())))
+
+
+def first_order_drift(heads: Sequence[torch.Tensor], neurons: Sequence[torch.Tensor], subnet) -> float:
+    """Half the scores of the units ``subnet`` removes: with drift-valued scores (:func:`first_order_valid`) the
+    first-order (diagonal Gauss-Newton) estimate of its drift ``1 - cos``."""
+    kept = subnet.heads + subnet.neurons
+    return sum(float(s.sum() - s[k].sum()) for s, k in zip(list(heads) + list(neurons), kept)) / 2
+
+
 @torch.no_grad()
 def choose_splits(
     model: nn.Module,
@@ -92,63 +190,190 @@ def choose_splits(
     cost: Optional[CostModel] = None,
     progress: ProgressMode | bool = False,
     on_choice: Optional[Callable[[SplitChoice], None]] = None,
+    *,
+    fitness: Optional[EmbeddingFitness] = None,
+    rank: int = 0,
+    world_size: int = 1,
+    all_gather: Optional[AllGather] = None,
 ) -> list[SplitChoice]:
     """Choose the head ratio of every cost budget in ``budgets`` (and of the grid ``export.split_grid``) by the
     embedding-drift fitness.
 
     Ratio-pair and latency budgets are skipped, and so are grid points the keep ratios make unreachable. The
-    schedule's own split is always a candidate, and it is kept on ties, so a choice never has a larger drift
-    than the schedule's on these images.
+    schedule's own split is a candidate of every budget asked for and wins ties. Under DDP every rank calls this with
+    the same arguments: the evaluations are shared and every rank returns the same choices.
 
     Args:
         model: the dense base model (never modified).
-        images: the fitness images ``[N, C, H, W]`` (the search's).
+        images: the fitness images ``[N, C, H, W]`` (the search's); unused when ``fitness`` is given.
         scores: the elastic scores (coefficients included); their recorded splits are ignored here.
         budgets: the budgets asked for.
         search: the fitness's ``pca_components`` and ``batch_size``.
         export: ``split_candidates`` head ratios spaced by ``split_step`` around the schedule's; ``split_grid``;
-            the extraction's ``mlp_multiple``.
+            ``split_images``; the extraction's ``mlp_multiple``.
         cost: the base model's :class:`CostModel`, if already built.
         progress: show progress (a :class:`snapvit_pl.progress.Progress` mode).
         on_choice: called with each finished choice.
+        fitness: the run's fitness (dense embeddings and PCA of the fitness images), if already built.
+        rank, world_size, all_gather: this process's place in a DDP run
+            (:func:`snapvit_pl.search.population.evaluate_shared`).
 
     Returns:
-        the choices; ``SplitTable`` of them: :func:`split_table`.
+        the choices, in the order of :func:`split_points`; ``SplitTable`` of them: :func:`split_table`.
 
     Raises:
         PruningSpecError: a budget asked for that no candidate split can meet.
     """
     cost = cost or CostModel(model)
-    fitness = EmbeddingFitness(model, images, scores, search, pairs=[(0.0, 0.0)])
+    fitness = fitness or EmbeddingFitness(model, images, scores, search, pairs=[(0.0, 0.0)])
     heads, neurons = scores.unified()
     max_head = max_prune_ratio(heads, scores.min_head_keep)
     keep_args = (scores.min_mlp_keep, scores.min_head_keep, export.mlp_multiple)
-    points = split_points(budgets, cost, export.split_grid)
-    choices = []
-    with Progress("splits", len(points), progress, unit="budget") as bar:
-        for label, metric, keep, requested in points:
-            budget = Budget(params=keep) if metric == "params" else Budget(flops=keep)
+    points: list[_Point] = []
+    for index, (label, metric, keep, requested) in enumerate(split_points(budgets, cost, export.split_grid)):
+        budget = Budget(params=keep) if metric == "params" else Budget(flops=keep)
+        try:
+            _, _, schedule_h = resolve(budget, heads, neurons, cost, *keep_args)
+        except PruningSpecError:
+            if requested:
+                raise
+            continue  # a grid point below what the keep ratios reach
+
+        def resolve_at(h: float, budget: Budget = budget) -> Optional[tuple[float, float, object]]:
             try:
-                _, _, schedule_h = resolve(budget, heads, neurons, cost, *keep_args)
+                return resolve(budget, heads, neurons, cost, *keep_args, head_ratio=h)[::-1]
             except PruningSpecError:
-                if requested:
-                    raise
-                bar.update()
-                continue  # a grid point below what the keep ratios reach
-            tried = []
-            for h in split_candidates(schedule_h, export.split_candidates, export.split_step, max_head):
-                try:
-                    subnet, m, h = resolve(budget, heads, neurons, cost, *keep_args, head_ratio=h)
-                except PruningSpecError:
-                    continue  # this head ratio cannot meet the budget under the keep ratios
-                tried.append((h, m, fitness.distance(subnet)))
-            best = min(tried, key=lambda c: (c[2], abs(c[0] - schedule_h)))  # ties: the one nearest the schedule
-            choice = SplitChoice(label, metric, keep, best[0], schedule_h, tried, requested)
-            choices.append(choice)
-            bar.update(best=round(best[2], 5))
+                return None  # this head ratio cannot meet the budget under the keep ratios
+
+        ratios = split_candidates(schedule_h, export.split_candidates, export.split_step, max_head)
+        points.append(_Point(index, label, metric, keep, requested, schedule_h, ratios, resolve_at, cost.flops))
+    racer = Racer(fitness, export.split_images, rank=rank, world_size=world_size, all_gather=all_gather)
+    choices: dict[int, SplitChoice] = {}
+    with Progress("splits", len(points), progress, unit="budget") as bar:
+        def decided(point: _Point, candidates: list[_Candidate], best: _Candidate, measured: list[int],
+                    distances: list[float], criterion: str = "fitness") -> None:
+            choice = SplitChoice(point.label, point.metric, point.keep, best.head_ratio, point.schedule,
+                                 [(c.head_ratio, c.mlp_ratio, d) for c, d in zip(candidates, distances)],
+                                 point.requested, measured, criterion)
+            choices[point.index] = choice
+            bar.update(best=round(min(distances), 5))
             if on_choice is not None:
                 on_choice(choice)
-    return choices
+
+        def raced(races: dict[_Point, Race], reopen: Optional[Callable[[Race], list[Entrant]]] = None) -> None:
+            racer.run(list(races.values()), reopen)
+            for point, race in races.items():
+                judged = sorted((point.candidate(e.label) for e in race.entrants), key=lambda c: c.head_ratio)
+                best = point.candidate(race.winner.label)
+                confirmed = race.favourite is not None and race.rounds == 1 and race.winner.key == race.favourite.key
+                decided(point, judged, best, [racer.seen(c.entrant) for c in judged],
+                        [racer.drift(c.entrant) for c in judged], "first_order" if confirmed else "fitness")
+
+        # 1. the budgets asked for: their whole windows
+        asked = {p: Race([c.entrant for c in p.feasible(range(len(p.ratios)))]) for p in points if p.requested}
+        for point, race in asked.items():
+            if not race.entrants:
+                raise PruningSpecError(f"no head ratio of {point.ratios} meets the budget {point.label}: raise the "
+                                       "budget or lower the keep ratios")
+        raced(asked)
+        # 2. the grid: every candidate raced from a few images, or the first-order choice (from the nearest choice
+        #    made, down the first-order estimate) confirmed against its neighbours where that estimate is valid
+        first_order = first_order_valid(scores)
+        grid: dict[_Point, Race] = {}
+        by_index = {p.index: p for p in points}
+        for point in sorted((p for p in points if not p.requested), key=lambda p: -p.keep):
+            start = point.nearest(point.schedule + _offset(point, [by_index[i] for i in choices], choices))
+            if start < 0:
+                bar.update()
+                continue  # no head ratio of the window meets this grid point
+            if first_order:
+                start, estimates = _first_order_descent(point, start, heads, neurons)
+                if estimates[start] < FIRST_ORDER_DRIFT:
+                    grid[point] = Race([point.candidate(p).entrant for p in point.around(start)], MIN_IMAGES,
+                                       point.candidate(start).entrant)
+                    continue
+            grid[point] = Race([c.entrant for c in point.feasible(range(len(point.ratios)))], MIN_IMAGES)
+
+        def rest_of_window(race: Race) -> list[Entrant]:
+            """A first-order choice that did not lead its first round: the race goes on over the whole window."""
+            if race.favourite is None or race.winner.key == race.favourite.key:
+                return []
+            point = next(p for p, r in grid.items() if r is race)
+            return [c.entrant for c in point.feasible(range(len(point.ratios)))]
+
+        raced(grid, rest_of_window)
+    return [choices[p.index] for p in points if p.index in choices]
+
+
+def exhaustive_splits(fitness: EmbeddingFitness, scores: ElasticScores, budgets: Sequence[Budget],
+                      export: ExportSettings, cost: CostModel) -> dict[str, tuple[float, float, dict[float, float]]]:
+    """The reference :func:`choose_splits` is measured against: every candidate of every window (asked and grid
+    points alike) on every fitness image, the least drift winning (ties: nearest the schedule).
+
+    Returns:
+        ``{label: (chosen head ratio, its drift, {head ratio: (drift, first-order estimate, kept FLOPs fraction)} of
+        every feasible candidate)}`` (the estimate: :func:`first_order_drift`).
+    """
+    heads, neurons = scores.unified()
+    keep_args = (scores.min_mlp_keep, scores.min_head_keep, export.mlp_multiple)
+    everything = torch.arange(fitness.images.shape[0])
+    chosen = {}
+    for label, metric, keep, requested in split_points(budgets, cost, export.split_grid):
+        budget = Budget(params=keep) if metric == "params" else Budget(flops=keep)
+        try:
+            schedule_h = resolve(budget, heads, neurons, cost, *keep_args)[2]
+        except PruningSpecError:
+            continue
+        drifts: dict[float, tuple[float, float, float]] = {}
+        for h in split_candidates(schedule_h, export.split_candidates, export.split_step,
+                                  max_prune_ratio(heads, scores.min_head_keep)):
+            try:
+                subnet, _, h = resolve(budget, heads, neurons, cost, *keep_args, head_ratio=h)
+            except PruningSpecError:
+                continue
+            drift = 1.0 - float(fitness.similarities(subnet, everything).double().mean())
+            drifts[h] = (drift, first_order_drift(heads, neurons, subnet), cost.flops(subnet) / cost.dense_flops)
+        best = min(drifts, key=lambda h: (drifts[h][0], abs(h - schedule_h)))
+        chosen[label] = (best, drifts[best][0], drifts)
+    return chosen
+
+
+def _offset(point: _Point, chosen: Sequence[_Point], choices: dict[int, SplitChoice]) -> float:
+    """The head ratio offset from the schedule chosen nearest ``point``: the other metric's at the same kept fraction,
+    else the same metric's nearest kept fraction, else the other metric's nearest (0 when nothing is chosen yet)."""
+    def offset(p: _Point) -> float:
+        return choices[p.index].head_ratio - p.schedule
+
+    twins = [p for p in chosen if p.metric != point.metric and abs(p.keep - point.keep) <= TOLERANCE]
+    if twins:
+        return offset(twins[0])
+    for same in (True, False):
+        near = [p for p in chosen if (p.metric == point.metric) == same]
+        if near:
+            return offset(min(near, key=lambda p: (abs(p.keep - point.keep), p.index)))
+    return 0.0
+
+
+def _first_order_descent(point: _Point, start: int, heads: list[torch.Tensor],
+                         neurons: list[torch.Tensor]) -> tuple[int, dict[int, float]]:
+    """From ``start``, step to the neighbouring distinct sub-network with the lower first-order drift estimate (half
+    the removed units' scores) until none is lower: that position and the estimates computed."""
+    estimates: dict[int, float] = {}
+
+    def estimate(candidate: _Candidate) -> float:
+        position = candidate.entrant.label
+        if position not in estimates:
+            estimates[position] = first_order_drift(heads, neurons, candidate.entrant.subnet)
+        return estimates[position]
+
+    here = point.candidate(start)
+    estimate(here)
+    while True:
+        moves = [c for c in (point.beyond(here.entrant.label, step, {here.entrant.key}) for step in (-1, 1))
+                 if c is not None and estimate(c) < estimate(here)]
+        if not moves:
+            return here.entrant.label, estimates
+        here = min(moves, key=lambda c: (estimate(c), c.entrant.tie))
 
 
 def split_table(choices: Sequence[SplitChoice]) -> SplitTable:

@@ -69,11 +69,13 @@ class EmbeddingFitness:
         self.forward_seconds = 0.0
 
     @torch.inference_mode()
-    def embed(self) -> torch.Tensor:
-        """Embeddings of all images under the model's current (dense or gathered) weights."""
+    def embed(self, images: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Embeddings of ``images`` (default: all the fitness images) under the model's current (dense or gathered)
+        weights, in batches of ``batch_size``."""
+        images = self.images if images is None else images
         start = time.perf_counter()
         with autocast_context(self.device):
-            out = torch.cat([embed(self.model, batch).float() for batch in self.images.split(self.batch_size)])
+            out = torch.cat([embed(self.model, batch).float() for batch in images.split(self.batch_size)])
         synchronize(self.device)
         self.forward_seconds += time.perf_counter() - start
         return out
@@ -83,6 +85,16 @@ class EmbeddingFitness:
         with use_subnet(self.model, subnet, self.blocks):
             projected = torch.nn.functional.normalize(self.pca(self.embed()), dim=-1)
         return 1.0 - (projected * self.target).sum(dim=-1).mean()
+
+    @torch.inference_mode()
+    def similarities(self, subnet, index: torch.Tensor) -> torch.Tensor:
+        """Cosine similarity (PCA space) of one sub-network's embedding of each image ``index`` (positions in the
+        fitness images) to the dense one: ``[len(index)]`` on the model's device; ``1 - mean`` over all images is
+        :meth:`distance`."""
+        index = index.to(self.device)
+        with use_subnet(self.model, subnet, self.blocks):
+            projected = torch.nn.functional.normalize(self.pca(self.embed(self.images[index])), dim=-1)
+        return (projected * self.target[index]).sum(dim=-1)
 
     def distance(self, subnet) -> float:
         """``1 - mean cosine similarity`` of one sub-network's embeddings to the dense ones (PCA space)."""

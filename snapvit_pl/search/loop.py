@@ -52,12 +52,13 @@ class SearchResult:
         return self.initial_fitness is not None and self.best_fitness is not None and self.best_fitness < self.initial_fitness
 
     def summary(self) -> dict[str, Any]:
-        """What the search found, JSON-ready, from its inputs only (no timings: an interrupted and resumed run
-        records the same summary as an uninterrupted one); the elastic artifact and the report keep it."""
+        """What the search found, JSON-ready, from its inputs only (no timings, no share of each DDP rank: an
+        interrupted and resumed run, or one on more processes, records the same summary as an uninterrupted single
+        process); the elastic artifact and the report keep it."""
         return {
             "evaluations": self.evaluations, "generations": self.generations, "initial_fitness": self.initial_fitness,
             "best_fitness": self.best_fitness, "improved_on_initial": self.improved_on_initial,
-            "evaluations_per_rank": self.evaluations_per_rank, "stopped_by": self.stopped_by,
+            "stopped_by": self.stopped_by,
         }
 
 
@@ -103,6 +104,7 @@ def run_search(
     on_progress: Optional[Callable[[SearchProgress], None]] = None,
     on_generation: Optional[Callable[[EvolutionStrategy, torch.Tensor, torch.Tensor], None]] = None,
     progress: ProgressMode | bool = False,
+    fitness: Optional[EmbeddingFitness] = None,
 ) -> SearchResult:
     """Search the coefficients that rescale ``local``'s scores, minimising the embedding-drift fitness.
 
@@ -124,6 +126,7 @@ def run_search(
         on_generation: called after every generation with the optimiser, the candidates and their
             fitness values (logging).
         progress: show progress (a :class:`snapvit_pl.progress.Progress` mode, on rank 0 only).
+        fitness: the run's fitness over ``images`` and ``local`` (its dense embeddings and PCA), if already built.
 
     Returns:
         the best coefficients (the initial ones unless a candidate beat them) and the search's statistics.
@@ -133,7 +136,8 @@ def run_search(
         return SearchResult(mean, evaluations_per_rank=[0] * world_size)
     started = time.perf_counter()
     previous_s = resume.seconds if resume is not None else 0.0
-    fitness = EmbeddingFitness(model, images, local, settings)
+    fitness = fitness or EmbeddingFitness(model, images, local, settings)
+    forward_before = fitness.forward_seconds
     es = settings.strategy(mean)
     pending: Optional[list[float]] = None
     if resume is not None:
@@ -199,7 +203,7 @@ def run_search(
     improved = es.best_x is not None and es.best_fitness < initial_fitness
     return SearchResult(
         settings.to_coefficients(es.best_x) if improved else mean.float(), es.evaluations, es.generation,
-        initial_fitness, min(es.best_fitness, initial_fitness), counts, fitness.forward_seconds,
+        initial_fitness, min(es.best_fitness, initial_fitness), counts, fitness.forward_seconds - forward_before,
         [dict(h) for h in es.history], resumed_at, stopped_by, previous_s + time.perf_counter() - started,
     )
 

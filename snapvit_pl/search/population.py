@@ -1,8 +1,9 @@
-"""Evaluating one generation, split across DDP ranks: every candidate exactly once, resumable mid-way."""
+"""Evaluations split across DDP ranks: a search generation (every candidate exactly once, resumable mid-way) and
+any list of jobs shared by cost (the split choice)."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -59,3 +60,59 @@ def evaluate_population(
         if on_round is not None:
             on_round(values.clone())
     return values
+
+
+def share_by_cost(costs: Sequence[float], world_size: int) -> list[int]:
+    """The rank of each job: largest cost first, each to the rank with the least work so far (ties: the lowest rank);
+    the same on every rank."""
+    owner, load = [0] * len(costs), [0.0] * world_size
+    for index in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        owner[index] = min(range(world_size), key=lambda r: (load[r], r))
+        load[owner[index]] += costs[index]
+    return owner
+
+
+def evaluate_shared(
+    jobs: Sequence[Any],
+    evaluate: Callable[[Any], torch.Tensor],
+    sizes: Sequence[int],
+    costs: Sequence[float],
+    rank: int = 0,
+    world_size: int = 1,
+    all_gather: Optional[AllGather] = None,
+) -> list[torch.Tensor]:
+    """Evaluate every job once, the jobs shared across DDP ranks by cost, and give every rank every result.
+
+    Jobs go to ranks by :func:`share_by_cost`; then one gather. A job's result does not depend on the rank that
+    computes it, so the results are those of a single process, bit for bit.
+
+    Args:
+        jobs: identical on every rank.
+        evaluate: job -> 1-D tensor of ``sizes[i]`` values (any float dtype, any device).
+        sizes: the length of each job's result.
+        costs: the relative cost of each job (e.g. images x FLOPs).
+        rank, world_size, all_gather: as :func:`evaluate_population`.
+
+    Returns:
+        each job's result, float64 on the CPU, identical on every rank.
+    """
+    if world_size > 1 and all_gather is None:
+        raise ValueError("world_size > 1 needs an all_gather function")
+    owner = share_by_cost(costs, world_size)
+    results: list[Optional[torch.Tensor]] = [None] * len(jobs)
+    mine = [i for i in range(len(jobs)) if owner[i] == rank]
+    for index in mine:
+        results[index] = evaluate(jobs[index]).detach().to("cpu", torch.float64).reshape(-1)
+    if world_size == 1:
+        return results  # type: ignore[return-value]
+    lengths = [sum(sizes[i] for i in range(len(jobs)) if owner[i] == r) for r in range(world_size)]
+    flat = torch.full((max(lengths + [1]),), math.nan, dtype=torch.float64)
+    if mine:
+        flat[: lengths[rank]] = torch.cat([results[i] for i in mine])
+    gathered = all_gather(flat).reshape(world_size, -1).cpu().to(torch.float64)
+    offsets = [0] * world_size
+    for index in range(len(jobs)):
+        r = owner[index]
+        results[index] = gathered[r, offsets[r]: offsets[r] + sizes[index]].clone()
+        offsets[r] += sizes[index]
+    return results  # type: ignore[return-value]

@@ -64,3 +64,16 @@ def test_quick_cpu_tiny_runs_the_quick_overlay_on_the_vit_b_config(tmp_path):
     assert len(run["models"]) == 3 and run["wall_s"] > run["timings"]["total_s"] > 0
     assert len(run["load_before"]) == 3 and "[snapvit] importance" in run["progress"][0]
     assert (tmp_path / "quick.md").read_text().startswith("# configs/prune/quick.yaml on a tiny model")
+
+
+@needs_data
+def test_split_choice_tiny_compares_the_raced_choice_with_the_exhaustive_one(tmp_path):
+    from benchmarks.split_choice import main
+
+    assert main(["--tiny", "--out", str(tmp_path / "splits")]) == 0
+    report = json.loads((tmp_path / "splits.json").read_text())
+    entry = report["models"]["reference"][0]
+    assert len(entry["points"]) > 6 and all(p["relative_drift_difference"] >= 0 for p in entry["points"])
+    assert set(entry["raced"]) == {"asked", "grid"} and entry["exhaustive"]["grid_s"] > 0
+    assert 0 < report["summary"]["raced_flops_fraction_at_1000_images"] <= 1
+    assert (tmp_path / "splits.md").read_text().startswith("# Split choice")

@@ -133,3 +133,30 @@ def test_train_two_nodes_through_torchrun(tmp_path):
     _together(commands, tmp_path)
     _, record = load_pruned(run / "model")
     assert record["heads"] == [4, 4]
+
+
+def _hashes(out: Path) -> dict[str, str]:
+    import hashlib
+
+    files = [out / "elastic_scores.safetensors", *sorted(f for f in (out / "models").rglob("*") if f.is_file())]
+    return {str(f.relative_to(out)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def test_two_processes_share_the_splits_and_the_export_and_write_the_same_files(prune_args, tmp_path):
+    """The split choice (raced candidates) and the export (each rank its share of the models and of the evaluation)
+    on two processes: the same scores file and model files, byte for byte, and the same metrics as one process."""
+    args = [a for a in prune_args if not a.startswith(("--search.max_evaluations", "--export.", "--evaluation.metrics"))]
+    args += ["--search.max_evaluations=0", "--export.budgets=[{sparsity: 0.3}, {flops: 0.6}, {sparsity: 0.5}]",
+             "--export.split_grid=0.25", "--export.split_images=16", "--evaluation.metrics=[knn, head]",
+             "--evaluation.train_samples=64", "--evaluation.val_samples=32"]
+    runs = {}
+    for name, extra in (("one", []), ("two", ["--trainer.devices=2"])):
+        _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / name), *args, *extra], tmp_path)
+        runs[name] = json.loads((tmp_path / name / "report.json").read_text())
+    assert _hashes(tmp_path / "one") == _hashes(tmp_path / "two") and len(_hashes(tmp_path / "one")) > 3
+    one, two = runs["one"], runs["two"]
+    assert [c["head_ratio"] for c in one["splits"]] == [c["head_ratio"] for c in two["splits"]]
+    assert one["dense"]["metrics"]["knn_top1"] == two["dense"]["metrics"]["knn_top1"]
+    for a, b in zip(one["pruned"], two["pruned"]):
+        assert a["label"] == b["label"] and a["metrics"]["knn_top1"] == b["metrics"]["knn_top1"]
+        assert a["metrics"]["head_top1"] == b["metrics"]["head_top1"]

@@ -8,7 +8,7 @@ from snapvit_pl.pipeline import (
     ExportSettings, ImportanceSettings, Pipeline, PipelineSettings, SearchSettings, TensorInputs, choose_splits,
     split_table,
 )
-from snapvit_pl.pipeline.splits import split_candidates, split_points
+from snapvit_pl.pipeline.splits import exhaustive_splits, split_candidates, split_points
 from snapvit_pl.scoring import Magnitude
 from snapvit_pl.search.fitness import EmbeddingFitness
 
@@ -88,3 +88,49 @@ def test_the_scores_file_records_the_budgets_and_the_grid(setup, tmp_path):
     schedule = _pipeline(model, images, tmp_path / "schedule", ExportSettings(budgets=export.budgets, split="schedule"))
     schedule.run()
     assert len(ElasticScores.load(tmp_path / "schedule" / export.scores_file).splits) == 0
+
+
+@pytest.fixture(scope="module")
+def sensitivity_setup():
+    """A tiny model, 64 fitness images, and its output-sensitivity scores (drift-valued: the first-order path applies)."""
+    from snapvit_pl.scoring import OutputSensitivity
+
+    torch.manual_seed(0)
+    model = load_backbone(FAMILIES["dino_vit"]).eval()
+    images = torch.randn(64, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    scorer = OutputSensitivity(probes=4)
+    scorer.setup(model)
+    scorer.update(images[:32])
+    scorer.reduce(lambda t: t)
+    local = scorer.compute()
+    scores = ElasticScores(local.heads, local.neurons, settings={"scorer": {"name": scorer.name, **scorer.config()}})
+    return model, images, scores
+
+
+def test_raced_splits_are_the_exhaustive_choice_or_within_one_percent(sensitivity_setup):
+    """Issue 30's bar on a tiny model: racing (16 images first), warm-started grid windows and the confirmed
+    first-order choice pick what every candidate on every image picks, or a split whose drift is within 1% of it."""
+    model, images, scores = sensitivity_setup
+    cost = CostModel(model)
+    export = ExportSettings(budgets=[{"sparsity": s} for s in (0.2, 0.4, 0.6)], split_grid=0.1, split_images=16)
+    choices = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost)
+    best = exhaustive_splits(EmbeddingFitness(model, images, scores, SEARCH), scores, export.budgets, export, cost)
+    assert [c.label for c in choices] == list(best)
+    for choice in choices:
+        h, drift, drifts = best[choice.label]
+        chosen = next(d for r, (d, *_) in drifts.items() if r == pytest.approx(choice.head_ratio))
+        assert choice.head_ratio == pytest.approx(h) or chosen <= 1.01 * drift, choice
+    assert any(0 < n < len(images) for c in choices for n in c.images)  # some candidates left the race early
+
+
+def test_the_search_and_the_splits_share_one_fitness(setup, tmp_path, monkeypatch):
+    import snapvit_pl.pipeline.driver as driver
+
+    built = []
+    monkeypatch.setattr(driver, "EmbeddingFitness", lambda *a, **k: built.append(1) or EmbeddingFitness(*a, **k))
+    model, images, _ = setup
+    settings = PipelineSettings(importance=ImportanceSettings(Magnitude()), search=SearchSettings(
+        max_evaluations=4, popsize=4, num_images=16, pca_components=8, batch_size=8),
+        export=ExportSettings(budgets=[{"sparsity": 0.4}], split_grid=0.25, save_models=False))
+    Pipeline(model, settings, inputs=TensorInputs(images), progress="off").run()
+    assert built == [1]  # dense embeddings and PCA once per run

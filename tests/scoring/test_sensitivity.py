@@ -223,3 +223,30 @@ def test_each_batch_reports_the_running_drift_estimate_of_removing_one_unit():
                 with use_subnet(model, Subnet(heads=heads, neurons=[torch.arange(b.neurons.num_units) for b in blocks])):
                     measured.append(float((1 - (F.normalize(embed(model, x), dim=-1) * dense).sum(-1)).mean()))
     assert running["drift_per_head"] == pytest.approx(sum(measured) / len(measured), rel=0.3)
+
+
+def test_probe_seeds_depend_on_the_image_alone_and_probes_on_the_seed_alone():
+    from snapvit_pl.scoring.sensitivity import gaussian_probes, probe_seeds
+
+    x = torch.randn(6, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    seeds = probe_seeds(x, 0)
+    assert torch.equal(probe_seeds(x[[4, 1]], 0), seeds[[4, 1]])  # any batch, any position
+    assert len(set(seeds.tolist())) == 6 and not torch.equal(probe_seeds(x, 1), seeds)
+    x[2, 0, 0, 0] += 1e-3  # one pixel changes that image's seed only
+    assert (probe_seeds(x, 0) != seeds).tolist() == [False, False, True, False, False, False]
+    probes = gaussian_probes(seeds, 3, 5)
+    assert probes.shape == (3, 6, 5) and torch.equal(gaussian_probes(seeds[[3]], 2, 5), probes[:2, [3]])
+    many = gaussian_probes(torch.arange(64), 16, 256).flatten()  # standard normal, uncorrelated
+    assert abs(float(many.mean())) < 0.01 and abs(float(many.std()) - 1) < 0.01
+    assert abs(float(torch.corrcoef(torch.stack([many[:-1], many[1:]]))[0, 1])) < 0.01
+
+
+def test_batched_vector_jacobian_products_equal_one_pass_per_probe():
+    from snapvit_pl.scoring.sensitivity import probe_vjps
+
+    leaf, weight, probes = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5), torch.randn(6, 4, 5)
+    loop = list(probe_vjps(torch.tanh(leaf @ weight).sin(), [leaf], probes, batched=False))
+    batched = list(probe_vjps(torch.tanh(leaf @ weight).sin(), [leaf], probes, batched=True))
+    assert len(loop) == len(batched) == 6
+    for a, b in zip(loop, batched):
+        torch.testing.assert_close(a[0], b[0])

@@ -1,36 +1,23 @@
 import math
-import threading
 
 import torch
 
-from snapvit_pl.search.population import evaluate_population
+from snapvit_pl.search.population import evaluate_population, evaluate_shared
+from threaded_ranks import as_ranks
 
 
 def run_ranks(candidates, world, fitness, **kwargs):
-    """Simulated DDP: one thread per rank, all_gather through a barrier; returns each rank's result and calls."""
-    slots, barrier = [None] * world, threading.Barrier(world)
-    results, calls = [None] * world, {rank: [] for rank in range(world)}
+    """Simulated DDP (one thread per rank); returns each rank's result and calls."""
+    calls = {rank: [] for rank in range(world)}
 
-    def worker(rank):
-        def all_gather(t):
-            slots[rank] = t.clone()
-            barrier.wait()
-            gathered = torch.stack(slots)
-            barrier.wait()
-            return gathered
-
+    def work(rank, all_gather):
         def counted(x):
             calls[rank].append(int(x[0]))
             return fitness(x)
 
-        results[rank] = evaluate_population(candidates, counted, rank, world, all_gather, **kwargs)
+        return evaluate_population(candidates, counted, rank, world, all_gather, **kwargs)
 
-    threads = [threading.Thread(target=worker, args=(rank,)) for rank in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results, calls
+    return as_ranks(world, work), calls
 
 
 def test_split_across_ranks_evaluates_each_candidate_once():
@@ -53,3 +40,20 @@ def test_an_interrupted_generation_resumes_with_what_it_had_evaluated():
     results, calls = run_ranks(candidates, 2, square, known=saved)
     assert all(torch.equal(r, torch.arange(6.0, dtype=torch.float64) ** 2) for r in results)
     assert calls == {0: [3, 5], 1: [4]}
+
+
+def test_shared_jobs_are_evaluated_once_across_ranks_and_give_every_rank_the_single_process_results():
+    sizes = [3, 1, 4, 2, 5]
+    evaluated = []
+
+    def evaluate(job):
+        evaluated.append(job)
+        return torch.arange(sizes[job], dtype=torch.float32) + 10 * job
+
+    single = evaluate_shared(list(range(5)), evaluate, sizes, [float(s) for s in sizes])
+    evaluated.clear()
+    ranks = as_ranks(2, lambda rank, gather: evaluate_shared(list(range(5)), evaluate, sizes,
+                                                              [float(s) for s in sizes], rank, 2, gather))
+    assert sorted(evaluated) == list(range(5))  # each job on one rank only
+    for results in ranks:
+        assert all(torch.equal(a, b) for a, b in zip(results, single))
