@@ -31,6 +31,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 MODELS = {
     "reference": ROOT / "assets" / "reference_vit_fmnist",
     "dev_p7": ROOT / "assets" / "dev_vit_fmnist_p7",
+    "clutter": ROOT / "assets" / "clutter_vit_fmnist",  # cluttered canvases: pruning hurts (docs/development_models.md)
+    "dino": ROOT / "assets" / "dino_vit_fmnist",  # self-supervised (DINO), no classifier
 }
 
 
