@@ -113,7 +113,7 @@ class Settings:
     overrides: list[str] = field(default_factory=list)  # extra prune.py overrides (e.g. search settings)
 
     def quick(self) -> "Settings":
-        methods = ["ours", "snapvit", "magnitude"] if self.methods == list(DEFAULT_METHODS) else self.methods
+        methods = ["ours", "snapvit", GOAL_RIVAL] if self.methods == list(DEFAULT_METHODS) else self.methods
         return replace(self, models=self.models[:1], seeds=[0], methods=methods, pairs=[PAPER_PAIRS[3]],
                        train_samples=300, val_samples=200, search_evaluations=4,
                        overrides=self.overrides + ["--data.init_args.max_samples=64",
@@ -260,7 +260,8 @@ def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: boo
                 entry["dense"] = {"params": dense_cost.dense_params, "flops": dense_cost.dense_flops,
                                   **evaluation(setup.model)}
                 dense_done = True
-                log(f"{model_name}: dense " + ", ".join(f"{name} {pct(entry['dense'][k])}" for k, name in REPORTED))
+                log(f"{model_name}: dense " + ", ".join(f"{name} {pct(entry['dense'][k])}" for k, name in REPORTED
+                                                        if entry["dense"].get(k) is not None))
             shared: dict[str, Any] = {}
             cost = CostModel(setup.model)
             corrections = {"off": [False], "on": [True], "both": [False, True]}[settings.correction]
@@ -561,7 +562,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
                 ax.set(title=f"{model_name}: {title}", xlabel=f"{'parameters' if axis == 'params' else 'FLOPs'} kept (%)",
                        ylabel="top-1 (%)")
                 ax.grid(alpha=0.3)
-        axes[0, 0].legend(fontsize=8, title="solid: as cut; dashed: corrected", title_fontsize=7)
+        first_shown = next(ax for ax in axes.flat if ax.get_visible())
+        first_shown.legend(fontsize=8, title="solid: as cut; dashed: corrected", title_fontsize=7)
         fig.tight_layout()
         target.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(target, dpi=110)

@@ -47,9 +47,10 @@ def test_compare_methods_quick_gives_every_method_the_split_and_the_correction(t
     report = json.loads((tmp_path / "compare.json").read_text())
     entry = report["models"]["reference"]
     assert {(r["method"], r["corrected"]) for r in entry["runs"]} == \
-        {(m, c) for m in ("ours", "snapvit", "magnitude") for c in (False, True)}
+        {(m, c) for m in ("ours", "snapvit", "label_fisher") for c in (False, True)}
     assert all("splits" in r for r in entry["runs"])  # every method cut at the fitness-chosen split
-    assert {"ours", "ours+correction"} == set(report["goal"])
+    assert {"ours", "ours+correction"} == set(report["goal"])  # the goal is checked against label Fisher
+    assert all(check["rival"] == "label_fisher" for check in report["goal"]["ours"]["checks"])
     assert (tmp_path / "compare_flops.png").stat().st_size > 0
 
 
@@ -77,3 +78,16 @@ def test_split_choice_tiny_compares_the_raced_choice_with_the_exhaustive_one(tmp
     assert set(entry["raced"]) == {"asked", "grid"} and entry["exhaustive"]["grid_s"] > 0
     assert 0 < report["summary"]["raced_flops_fraction_at_1000_images"] <= 1
     assert (tmp_path / "splits.md").read_text().startswith("# Split choice")
+
+
+@needs_data
+def test_pixel_baselines_tiny_measures_both_tasks(tmp_path):
+    from benchmarks.pixel_baselines import main
+
+    main(["--tiny", "--out", str(tmp_path / "pixels")])
+    report = json.loads((tmp_path / "pixels.json").read_text())
+    assert set(report["tasks"]) == {"fashion_mnist", "fashion_mnist_clutter"}
+    for task in report["tasks"].values():
+        assert 0 < task["knn_top1"] <= 1 and 0 < task["linear_top1"] <= 1 and task["val_samples"] == 200
+    assert report["tasks"]["fashion_mnist"]["knn_top1"] > 0.3  # pixels classify plain Fashion-MNIST well
+    assert "| fashion_mnist_clutter |" in (tmp_path / "pixels.md").read_text()

@@ -19,6 +19,9 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(find_fashion_mnist(None) is None, reason="apt-get install dataset-fashion-mnist")]
 
 
+TINY_WIDTH = {"embed_dim": 32, "depth": 2, "num_heads": 4}  # random weights saved to a file (extract rebuilds them)
+
+
 def _artifacts(run: Path) -> dict[str, str]:
     """sha256 of what a run's later use trusts: the scores file and every model file."""
     files = [run / "elastic_scores.safetensors", *sorted((run / "models").rglob("*"))]
@@ -41,8 +44,7 @@ def uninterrupted(tmp_path_factory):
     from snapvit_pl.models import BackboneSpec, load_backbone
 
     folder = tmp_path_factory.mktemp("straight")
-    kwargs = {"img_size": 28, "patch_size": 4, "in_chans": 1, "embed_dim": 32, "depth": 2, "num_heads": 4,
-              "num_classes": 10}
+    kwargs = {"img_size": 28, "patch_size": 4, "in_chans": 1, "num_classes": 10, **TINY_WIDTH}
     save_file(load_backbone(BackboneSpec("vit_tiny_patch16_224", False, None, kwargs)).state_dict(),
               str(folder / "base.safetensors"))
     _tiny.weights = str(folder / "base.safetensors")
@@ -52,10 +54,8 @@ def uninterrupted(tmp_path_factory):
 
 
 def _tiny(run: Path) -> list[str]:
-    from conftest import TINY_MODEL
-
-    model = [a if not a.startswith("--model.checkpoint_path") else f"--model.checkpoint_path={_tiny.weights}"
-             for a in TINY_MODEL]
+    model = [f"--model.checkpoint_path={_tiny.weights}",
+             *(f"--model.model_kwargs.{key}={value}" for key, value in TINY_WIDTH.items())]
     return ["--out_dir", str(run), *model, "--data.init_args.max_samples=48", "--data.init_args.batch_size=16",
             "--data.init_args.n_local_views=2", "--search.max_evaluations=4", "--search.num_images=32",
             "--search.batch_size=32", "--search.pca_components=8",
