@@ -1,5 +1,5 @@
 """The whole pruning pipeline on full-size ViTs: each stage's time and peak memory, the cost per image, the search
-against its floor, the pruned models' throughput.
+against its floor, the pruned models' throughput, every stage against its floor (``stage_floors.py``).
 
     python benchmarks/gpu_pipeline.py                       # on a GPU: ViT-B/16 (DINO) and ViT-L/14 (DINOv2), 224 px
     python benchmarks/gpu_pipeline.py --cpu                 # ViT-B/16 on the CPU with the image counts scaled down
@@ -33,6 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import stage_floors  # noqa: E402
 from benchmarks.common import RESULTS, machine_info, rounded  # noqa: E402
 from snapvit_pl.data.transforms import BatchMultiCrop  # noqa: E402
 from snapvit_pl.device import autocast_context, resolve_device, synchronize  # noqa: E402
@@ -200,6 +201,9 @@ def markdown(report: dict[str, Any]) -> str:
                   "|---|---:|" + "---:|" * len(keys)]
         lines += [f"| {row['model']} | {row['params'] / 1e6:.1f}M | " + " | ".join(f"{row[k]:.0f}" for k in keys) + " |"
                   for row in entry["throughput"]]
+        lines += ["", "| stage | seconds | floor (s) | stage / floor | the floor (`stage_floors.py`) |", "|---|---:|---:|---:|---|"]
+        lines += [f"| {stage} | {r['seconds']:.2f} | {r['floor_s']:.2f} | {r['ratio']:.2f} | {r['floor']} |"
+                  for stage, r in entry["floors"]["stages"].items()]
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -244,8 +248,13 @@ def main(argv: list[str] | None = None) -> int:
                               "settings": {k: v for k, v in vars(args).items() if k not in ("out", "device")},
                               "models": {}}
     started = time.perf_counter()
+    floors = argparse.Namespace(images=min(args.images, 64), fitness_images=min(args.fitness_images, 256),
+                                split_grid=args.split_grid, split_candidates=args.split_candidates)
     for model_name, spec in specs.items():
         report["models"][model_name] = run_model(spec, args, device)
+        # every stage against its floor, as benchmarks/stage_floors.py measures it (here on this device)
+        report["models"][model_name]["floors"] = stage_floors.full_size(spec, floors, stage_floors.Clock(device),
+                                                                        lambda message: print(message, flush=True))
     report["total_s"] = time.perf_counter() - started
     report["machine"] = machine_info()
     default = "gpu_pipeline_tiny" if args.tiny else "full_size_cpu" if args.cpu else "gpu_pipeline"

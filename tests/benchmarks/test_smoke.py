@@ -24,6 +24,7 @@ def test_gpu_pipeline_tiny_runs_every_stage_on_cpu(tmp_path):
     assert entry["at_config_sizes"]["correction_s_per_model"] == pytest.approx(
         256 * entry["per_image"]["correction_s_per_calibration_image"], rel=0.01)
     assert {"bf16_b1_images_per_s", "32_b8_images_per_s"} <= set(entry["throughput"][0])
+    assert set(entry["floors"]["stages"]) == {"importance", "splits", "export"}  # stage_floors.py on this device
     assert (tmp_path / "gpu.md").read_text().startswith("# The pipeline on full-size models")
 
 
@@ -91,3 +92,17 @@ def test_pixel_baselines_tiny_measures_both_tasks(tmp_path):
         assert 0 < task["knn_top1"] <= 1 and 0 < task["linear_top1"] <= 1 and task["val_samples"] == 200
     assert report["tasks"]["fashion_mnist"]["knn_top1"] > 0.3  # pixels classify plain Fashion-MNIST well
     assert "| fashion_mnist_clutter |" in (tmp_path / "pixels.md").read_text()
+
+
+@needs_data
+def test_stage_floors_tiny_times_every_stage_against_its_floor(tmp_path):
+    from benchmarks.stage_floors import main
+
+    assert main(["--tiny", "--out", str(tmp_path / "floors")]) == 0
+    report = json.loads((tmp_path / "floors.json").read_text())
+    for entry in report["models"].values():
+        assert set(entry["stages"]) == {"importance", "splits", "export"}
+        assert all(r["floor_s"] > 0 and r["seconds"] > 0 for r in entry["stages"].values())
+    dino = report["models"]["tiny"]["dino_config"]
+    assert 0 < dino["splits_raced_s"] < dino["splits_exhaustive_s"]
+    assert "two_processes" not in report  # not in the smoke run
