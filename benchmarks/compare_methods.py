@@ -314,17 +314,35 @@ def write_report(report: dict[str, Any], out_prefix: Path, log: Optional[Progres
     plot(report, out_prefix.with_suffix(".png"))
 
 
-def merge(paths: list[Path], out_prefix: Path) -> dict[str, Any]:
+#: the settings a model's numbers depend on, kept per model when reports of different sizes are merged
+SIZE_SETTINGS = ("split", "val_samples", "train_samples", "cut")
+
+
+def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """One report from the reports of finished runs over different models or different seeds of a model (e.g. one
     process per model, or per group of seeds, in parallel). A (model, method, seed) must come from one run only, and
-    the runs of a model must agree on its dense model and its settings."""
+    the runs of a model must agree on its dense model, its settings and its sizes (each model keeps its own sizes).
+
+    ``renames``: ``{"file.json:old": "new"}``, a method of one report under the name the benchmark now gives it (a
+    column renamed since that run, e.g. ``snapvit`` measured when it was SSL-Fisher + SNES)."""
     reports = [json.loads(Path(p).read_text()) for p in paths]  # (an interrupted run holds its finished methods)
+    for path, report in zip(paths, reports):
+        mapping = {old.split(":", 1)[1]: new for old, new in (renames or {}).items() if old.split(":", 1)[0] == str(path)}
+        if mapping:
+            report["settings"]["methods"] = [mapping.get(m, m) for m in report["settings"]["methods"]]
+            for entry in report["models"].values():
+                for record in (*entry["rows"], *entry["runs"]):
+                    record["method"] = mapping.get(record["method"], record["method"])
+                entry["renamed"] = {**entry.get("renamed", {}), **mapping}
     models: dict[str, dict[str, Any]] = {}
     for report in reports:
         for name, entry in report["models"].items():
+            sizes = entry.get("sizes") or {k: report["settings"].get(k) for k in SIZE_SETTINGS}
             if name not in models:
-                models[name] = {**entry, "rows": list(entry["rows"]), "runs": list(entry["runs"])}
+                models[name] = {**entry, "rows": list(entry["rows"]), "runs": list(entry["runs"]), "sizes": sizes}
                 continue
+            if models[name]["sizes"] != sizes:
+                raise ValueError(f"the runs of {name} were measured with other sizes: {models[name]['sizes']} != {sizes}")
             merged = models[name]
             if _measured(merged["dense"]) != _measured(entry["dense"]) or _measured(merged["search_settings"]) != \
                     _measured(entry["search_settings"]):
@@ -345,6 +363,8 @@ def merge(paths: list[Path], out_prefix: Path) -> dict[str, Any]:
                                      for p, r in zip(paths, reports)],
                      "total_s": sum(r["total_s"] for r in reports)}
     merged_report["settings"] = {**reports[0]["settings"], "models": list(models), "methods": methods, "seeds": seeds}
+    if len({json.dumps(e["sizes"], sort_keys=True) for e in models.values()}) == 1:
+        merged_report["settings"].update(next(iter(models.values()))["sizes"])
     write_report(merged_report, out_prefix, None, partial=False)
     print(f"wrote {display(out_prefix)}.md/.json/.png from {len(paths)} reports")
     return merged_report
@@ -452,6 +472,14 @@ def markdown(report: dict[str, Any]) -> str:
     for model_name, entry in report["models"].items():
         summary, dense = entry["summary"], entry["dense"]
         lines += [f"## {model_name} ({display(MODELS[model_name])}: {dense['params'] / 1e6:.2f}M params)", ""]
+        sizes = entry.get("sizes")
+        if sizes and any(sizes.get(k) != s.get(k) for k in SIZE_SETTINGS):
+            lines += [f"Measured in its own run: scored on {sizes['val_samples'] or 'all the'} "
+                      f"{'test' if sizes['split'] == 'test' else 'held-out'} images, {sizes['train_samples']} train "
+                      "images as k-NN memory / probe training set.", ""]
+        if entry.get("renamed"):
+            lines += ["Renamed since that run: " + ", ".join(f"`{old}` is now `{new}`" for old, new in entry["renamed"].items())
+                      + " (the same method; the benchmark's names changed).", ""]
         for corrected in (False, True):
             names = [column(m, corrected) for m in s["methods"] if column(m, corrected) in summary]
             if not names:
@@ -593,10 +621,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/compare_methods[_holdout])")
     parser.add_argument("--merge", nargs="+", metavar="JSON", default=None,
                         help="merge the reports of finished runs over different --models into --out, then exit")
+    parser.add_argument("--rename", action="append", default=[], metavar="JSON:OLD=NEW",
+                        help="with --merge: a method of one report under its current name (a renamed column)")
     args = parser.parse_args(argv)
     if args.merge:
         try:
-            merge(args.merge, Path(args.out) if args.out else RESULTS / "compare_methods")
+            renames = dict(item.rsplit("=", 1) for item in args.rename)
+            merge(args.merge, Path(args.out) if args.out else RESULTS / "compare_methods", renames)
         except (OSError, ValueError, KeyError) as err:
             parser.error(f"cannot merge: {err}")
         return

@@ -51,6 +51,25 @@ def test_merge_combines_seeds_of_a_model_and_refuses_a_measurement_twice(tmp_pat
         merge([first, write(tmp_path, "c", report([3], ["ours"], dense=0.5))], tmp_path / "bad")
 
 
+
+def test_merge_keeps_each_models_sizes_and_renames_a_column_of_one_report(tmp_path):
+    old = write(tmp_path, "old", report([0], ["ours", "snapvit"]))
+    other = report([0], ["ours", "snapvit"])
+    other["models"] = {"dino": other["models"].pop("reference")}
+    other["settings"]["val_samples"] = 5000
+    new = write(tmp_path, "new", other)
+    merged = merge([old, new], tmp_path / "merged", {f"{old}:snapvit": "ssl_fisher_snes"})
+    assert set(merged["models"]["reference"]["summary"]) == {"ours", "ours+correction", "ssl_fisher_snes",
+                                                             "ssl_fisher_snes+correction"}
+    assert "snapvit" in merged["models"]["dino"]["summary"]  # the other report's column keeps its name
+    assert merged["models"]["dino"]["sizes"]["val_samples"] == 5000
+    text = (tmp_path / "merged.md").read_text()
+    assert "`snapvit` is now `ssl_fisher_snes`" in text and "scored on 5000 test images" in text
+    again = report([1], ["ours"])
+    again["settings"]["val_samples"] = 5000
+    with pytest.raises(ValueError, match="other sizes"):
+        merge([old, write(tmp_path, "again", again)], tmp_path / "bad")
+
 def test_goal_is_label_fisher_strictly_at_the_sparsest_pairs_and_within_the_spread_elsewhere():
     data = report([0, 1, 2], ["ours", "label_fisher", "snapvit"])
     checks = goal(data)
