@@ -14,8 +14,9 @@ of the paper's six pairs), so stage times and peak memory (CUDA max
 allocated on a GPU, process peak RSS on CPU) are what a run records in report.json. Then: the search continued
 to the longer evaluation count (one continued run), its time against the bare forwards of the same pruned models
 (the search's floor), and each pruned model's throughput at several batch sizes in bf16 and fp32. The cost per
-image of each stage, and what it comes to at the configs' sizes (1000 images, 50 evaluations of 1000 fitness
-images), are in the record. Writes ``benchmarks/results/gpu_pipeline.json`` (``--cpu``: ``full_size_cpu``,
+image of each stage, and what it comes to at the configs' image counts (1000 images, 50 evaluations of 1000
+fitness images, 256 calibration images), are in the record; the split choice is scaled in images only (this run's
+budgets, grid and candidates: ``stage_floors.py`` estimates it at the config's grid). Writes ``benchmarks/results/gpu_pipeline.json`` (``--cpu``: ``full_size_cpu``,
 ``--tiny``: ``gpu_pipeline_tiny``) and a markdown table next to it.
 """
 from __future__ import annotations
@@ -174,7 +175,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"{s['split_candidates']} candidates.", ""]
     for name, entry in report["models"].items():
         lines += [f"## {name} (`{entry['spec']['model_name']}`), scorer `{entry['scorer']['name']}`", "",
-                  f"| stage | seconds | peak memory (MiB, {entry['memory']}) | per image | at the config's sizes |",
+                  f"| stage | seconds | peak memory (MiB, {entry['memory']}) | per image | at the config's image counts |",
                   "|---|---:|---:|---|---:|"]
         per, at = entry["per_image"], entry["at_config_sizes"]
         views = "12 views" if entry["importance_views"] == "multicrop" else "plain"
@@ -182,8 +183,8 @@ def markdown(report: dict[str, Any]) -> str:
                                 at["importance_s"]),
                  "search": (f"{per['search_s_per_evaluation_per_fitness_image'] * 1000:.3g} s per evaluation of 1000 "
                             "images (optional: the default run has no search)", at["search_s"]),
-                 "splits": (f"{entry['splits_chosen']} budgets x {s['split_candidates']} candidate splits",
-                            at["splits_s"]),
+                 "splits": (f"{entry['splits_chosen']} budgets x {s['split_candidates']} candidate splits (this run's "
+                            "grid and candidates, scaled to 1000 fitness images; not the config's grid)", at["splits_s"]),
                  "correction_one_model": (f"{per['correction_s_per_calibration_image']:.3g} s per calibration image "
                                           "(optional, per model)", at["correction_s_per_model"])}
         for stage in ("load", *STAGES, "correction_one_model"):

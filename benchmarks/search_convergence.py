@@ -84,10 +84,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "paper (xNES)": SearchSettings.paper(max_evaluations=args.evaluations, num_images=setup.search.num_images,
                                                  batch_size=setup.search.batch_size,
                                                  pca_components=setup.search.pca_components),
-            "this project's (SNES)": SearchSettings.snapvit(max_evaluations=args.evaluations,
-                                                            num_images=setup.search.num_images,
-                                                            batch_size=setup.search.batch_size,
-                                                            pca_components=setup.search.pca_components),
+            "this project's (SNES)": SearchSettings.snes(max_evaluations=args.evaluations,
+                                                         num_images=setup.search.num_images,
+                                                         batch_size=setup.search.batch_size,
+                                                         pca_components=setup.search.pca_components),
         }
         entry: dict[str, Any] = {"dimension": sum(scores.heads_per_block) + len(scores.heads_per_block), "curves": {}}
         for seed in args.seeds:  # alternating the searches: a load change on the machine hits both alike

@@ -27,7 +27,7 @@ BLOCK = re.compile(r"<!-- results: (?P<source>\S+) -->\n(?P<body>.*?)<!-- /resul
 
 def lookup(data, path: str):
     """``a.b.0.c`` in nested dicts and lists; a ``[key=value]`` step picks the list item whose key equals value."""
-    for step in path.split("."):
+    for step in re.findall(r"\[[^\]]*\]|[^.]+", path):  # a [key=value] step may hold dots
         match = re.fullmatch(r"\[(\w+)=(.+)\]", step)
         if match:
             data = next(item for item in data if str(item[match[1]]) == match[2])
