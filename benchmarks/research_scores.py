@@ -410,31 +410,34 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
-    """The table the defaults are chosen from: per variant and model, the mean over seeds of the model's primary
-    metric (own head where there is one, else the linear probe) at 61 / 51 / 41% of the parameters, and the seeds."""
+    """The tables the defaults are chosen from, one per metric (own head on the models that have one, linear probe,
+    k-NN): per variant and model, the mean over seeds at 61 / 51 / 41% of the parameters, and the number of seeds."""
     records = [json.loads(line) for line in path.read_text().splitlines()]
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         by.setdefault((r["model"], r["variant"]), []).append(r)
-    metric = {m: next((k for k in REPORTED if any(r["model"] == m and r["rows"][0].get(k) is not None for r in records)),
-                      None) for m in models}
     shown = PAIRS[-3:]
     lines = [f"Mean over seeds on held-out train images (`{display(path)}`), top-1 in % at "
              + " / ".join(f"{tuple(p)}" for p in shown) + " (about 61 / 51 / 41% of the parameters kept), every variant "
-             "cut at the same parameter counts with its own fitness-chosen split; [n] seeds. Metric per model: "
-             + ", ".join(f"{m} {metric[m] or '-'}" for m in models) + ".", "",
-             "| variant | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
-    for name in variants:
-        cells = []
-        for m in models:
-            runs, key = by.get((m, name), []), metric[m]
-            if not runs or key is None:
-                cells.append("-")
-                continue
-            means = [statistics.fmean(100 * r["rows"][PAIRS.index(p)][key] for r in runs) for p in shown]
-            cells.append(" / ".join(f"{v:.2f}" for v in means) + f" [{len(runs)}]")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+             "cut at the same parameter counts with its own fitness-chosen split; [n] seeds; `-`: not run.", ""]
+    titles = {"head_top1": "own head", "linear_top1": "linear probe", "knn_top1": "k-NN"}
+    for key in REPORTED:
+        having = [m for m in models if any(r["model"] == m and r["rows"][0].get(key) is not None for r in records)]
+        if not having:
+            continue
+        lines += [f"**{titles[key]}**", "", "| variant | " + " | ".join(having) + " |", "|---|" + "---|" * len(having)]
+        for name in variants:
+            cells = []
+            for m in having:
+                runs = by.get((m, name), [])
+                if not runs:
+                    cells.append("-")
+                    continue
+                means = [statistics.fmean(100 * r["rows"][PAIRS.index(p)][key] for r in runs) for p in shown]
+                cells.append(" / ".join(f"{v:.2f}" for v in means) + f" [{len(runs)}]")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def goal_check(path: Path, ours: str, rivals: list[str]) -> str:

@@ -82,6 +82,8 @@ def _extract(argv: list[str]) -> int:
     settings = PipelineSettings(export=export, correction=CorrectionSettings(**args.correction.as_dict()))
     settings.evaluation.metrics = []
     inputs = None
+    if settings.correction.enabled == "auto" and init.data is None:
+        settings.correction.enabled = False  # auto corrects with the run's data only; none given: the plain cut
     if settings.correction.enabled:
         if init.data is None:
             raise ConfigError("--correction.enabled true needs calibration images: give the pruning run's data "

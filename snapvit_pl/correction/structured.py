@@ -12,7 +12,7 @@ For each block in order, the calibration hidden states entering it come from the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import torch
 from torch import nn
@@ -30,10 +30,12 @@ _STAGES = (("heads", "proj"), ("neurons", "fc2"))
 
 @dataclass
 class CorrectionSettings:
-    """Weight correction of extracted models (off by default in a pruning run).
+    """Weight correction of extracted models (on by default on an accelerator, opt-in on the CPU).
 
     Args:
-        enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units).
+        enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units): ``true``,
+            ``false``, or ``auto`` (the default): on when the run's device is an accelerator, where it costs
+            seconds per model, off on the CPU, where it costs minutes per model at full size (see :meth:`active`).
         method: ``sparsegpt`` (an OBS update of the kept columns, :func:`correct_and_prune`) or ``bias`` (FLAP's
             bias compensation: the removed channels' mean input folded into the bias,
             :func:`snapvit_pl.correction.compensate_bias_and_prune`; FLAP as published is ``importance.scorer: FLAP``,
@@ -44,7 +46,7 @@ class CorrectionSettings:
             (DINOv3: ``damping: max``, ``damp_fraction: 0.1``).
     """
 
-    enabled: bool = False
+    enabled: Union[bool, Literal["auto"]] = "auto"
     method: Literal["sparsegpt", "bias"] = "sparsegpt"
     num_samples: int = 256
     batch_size: int = 64
@@ -57,6 +59,14 @@ class CorrectionSettings:
             raise ConfigError("correction: num_samples, batch_size and block_size must be >= 1, damp_fraction >= 0")
         if self.method not in ("sparsegpt", "bias"):
             raise ConfigError(f"correction.method must be sparsegpt or bias, got {self.method!r}")
+        if self.enabled not in (True, False, "auto"):
+            raise ConfigError(f"correction.enabled must be true, false or auto, got {self.enabled!r}")
+
+    def active(self, device: torch.device | str) -> bool:
+        """Whether models cut on ``device`` are corrected: ``enabled``, with ``auto`` meaning any device but the CPU."""
+        if self.enabled == "auto":
+            return torch.device(device).type != "cpu"
+        return bool(self.enabled)
 
 
 @torch.no_grad()

@@ -40,7 +40,7 @@ from ..scoring import LocalScores
 from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
 from ..search.population import AllGather, share_by_cost
-from .extraction import Correction, Evaluation, check_budgets, extract_models, refuse_existing
+from .extraction import Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
@@ -398,7 +398,9 @@ class Pipeline:
         owner = share_by_cost(flops + ([1.0] if dense_job else []), self.dist.world_size)
         mine = [b for b, r in zip(budgets, owner) if r == self.dist.rank]
         correction = None
-        if s.correction.enabled and mine:
+        corrected = s.correction.active(self.device)
+        self.state.correction = correction_record(s.correction, corrected, self.device)
+        if corrected and mine:
             correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
         data = self.inputs.evaluation_data(s.evaluation) if mine or (dense_job and owner[-1] == self.dist.rank) else None
         evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None

@@ -30,6 +30,7 @@ def build_report(state: RunState) -> dict[str, Any]:
         "search": search,
         "splits": [asdict(choice) for choice in state.splits],
         "scores_file": state.scores_file,
+        "correction": state.correction,
         "skipped_files": state.skipped_files,
         "dense": dense,
         "pruned": [item.record() for item in state.extracted],
@@ -58,6 +59,8 @@ def write_report(state: RunState, run_dir: str | Path, print_table: bool = True,
         if not console.is_terminal:  # a pipe or a file: no width limit, so no folding at the default 80 columns
             console = Console(width=100)
         console.print(summary_table(report))
+        if (report.get("correction") or {}).get("hint"):
+            console.print(f"note: {report['correction']['hint']}", highlight=False)
         console.print(f"Run directory: [bold]{run_dir}[/bold]")
     return report
 
@@ -92,6 +95,11 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
         f"{method.get('initial_range', [1, 1])[-1]:g})",
         f"- timings: {timings}", f"- elastic scores: `{report['scores_file']}`",
     ]
+    correction = report.get("correction") or {}
+    if correction:
+        lines.append(f"- weight correction: `{correction['method']}`, {correction['num_samples']} calibration images"
+                     if correction["applied"] else f"- weight correction: off" + (
+                         f" ({correction['hint']})" if correction.get("hint") else ""))
     if report.get("peak_memory_mb"):
         lines.append(f"- peak memory ({report.get('peak_memory', '')}): " + ", ".join(
             f"{stage} {mb:,.0f} MiB" for stage, mb in report["peak_memory_mb"].items()))

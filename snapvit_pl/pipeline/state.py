@@ -136,6 +136,7 @@ class RunState:
     dense: Optional[DenseModel] = None
     extracted: list[ExtractedModel] = field(default_factory=list)
     scores_file: Optional[str] = None
+    correction: dict[str, Any] = field(default_factory=dict)  # what the export did about the weight correction
     skipped_files: dict[str, list[str]] = field(default_factory=dict)  # unreadable data files passed over, per split
     timings: Timings = field(default_factory=Timings)
     peak_memory_mb: dict[str, float] = field(default_factory=dict)  # per stage (the kind: memory_kind)

@@ -36,7 +36,7 @@ def test_research_scores_quick_writes_a_record_and_resumes(tmp_path, capsys):
     assert "| sens_none_split [1] |" in capsys.readouterr().out
 
 
-def test_selection_table_means_over_seeds_on_each_models_primary_metric(tmp_path):
+def test_selection_tables_mean_over_seeds_per_metric_and_skip_a_missing_head(tmp_path):
     from benchmarks.research_scores import PAIRS, selection_table
 
     def record(model, variant, seed, head):
@@ -49,5 +49,7 @@ def test_selection_table_means_over_seeds_on_each_models_primary_metric(tmp_path
     path = tmp_path / "h.jsonl"
     path.write_text("\n".join([record("sup", "a", 0, 0.9), record("sup", "a", 1, 0.8), record("ssl", "a", 0, None)]))
     table = selection_table(path, ["a", "b"], ["sup", "ssl"])
-    assert "| a | 85.00 / 85.00 / 85.00 [2] | 50.00 / 50.00 / 50.00 [1] |" in table  # ssl: no head, linear probe
-    assert "| b | - | - |" in table and "sup head_top1, ssl linear_top1" in table
+    head, linear, knn = (table.split(f"**{title}**")[1] for title in ("own head", "linear probe", "k-NN"))
+    assert "| variant | sup |\n" in head and "| a | 85.00 / 85.00 / 85.00 [2] |" in head  # ssl has no head
+    assert "| a | 50.00 / 50.00 / 50.00 [2] | 50.00 / 50.00 / 50.00 [1] |" in linear
+    assert "| a | 40.00 / 40.00 / 40.00 [2] | 40.00 / 40.00 / 40.00 [1] |" in knn and "| b | - | - |" in knn
