@@ -356,7 +356,8 @@ def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]]
             merged["runs"] += entry["runs"]
     for entry in models.values():
         entry["summary"] = aggregate(entry["rows"])
-    methods = list(dict.fromkeys(m for r in reports for m in r["settings"]["methods"]))
+    methods = sorted(dict.fromkeys(m for r in reports for m in r["settings"]["methods"]),
+                     key=lambda m: DEFAULT_METHODS.index(m) if m in DEFAULT_METHODS else len(DEFAULT_METHODS))
     seeds = sorted({s for r in reports for s in r["settings"]["seeds"]})
     merged_report = {**reports[0], "name": out_prefix.name, "models": models,
                      "merged_from": [display(Path(p)) + (" (interrupted: its finished methods)" if r.get("partial") else "")
@@ -505,8 +506,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [f"## Goal: {method} at or above {rival}{' (both corrected)' if 'correction' in method else ''} at "
                   f"the {GOAL_STRICT_PAIRS} sparsest pairs, within the seed spread at the others (own head, linear "
                   "probe, k-NN)", "",
-                  f"**{'Met' if result['met'] else 'Not met'}** ({sum(c['met'] for c in checks)} of {len(checks)} "
-                  "comparisons). Where it is not:", ""]
+                  f"**{'Met' if result['met'] else 'Not met'}**: met in {sum(c['met'] for c in checks)} of {len(checks)} "
+                  "comparisons. Where it is not:", ""]
         lines += [f"- {c['model']} ({c['pair']}) {c['metric']}: {100 * c['margin']:+.2f} points vs {c['rival']} "
                   f"(seed spread {100 * c['spread']:.2f})" for c in checks if not c["met"]] or ["- nowhere."]
         behind = result.get("behind", [])

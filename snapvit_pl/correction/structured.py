@@ -30,12 +30,12 @@ _STAGES = (("heads", "proj"), ("neurons", "fc2"))
 
 @dataclass
 class CorrectionSettings:
-    """Weight correction of extracted models (on by default on an accelerator, opt-in on the CPU).
+    """Weight correction of extracted models (off by default; docs/method.md, section 4, says why).
 
     Args:
         enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units): ``true``,
-            ``false``, or ``auto`` (the default): on when the run's device is an accelerator, where it costs
-            seconds per model, off on the CPU, where it costs minutes per model at full size (see :meth:`active`).
+            ``false`` (the default), or ``auto``: on when the run's device is an accelerator, where it costs seconds
+            per model, off on the CPU, where it costs minutes per model at full size (see :meth:`active`).
         method: ``sparsegpt`` (an OBS update of the kept columns, :func:`correct_and_prune`) or ``bias`` (FLAP's
             bias compensation: the removed channels' mean input folded into the bias,
             :func:`snapvit_pl.correction.compensate_bias_and_prune`; FLAP as published is ``importance.scorer: FLAP``,
@@ -46,7 +46,7 @@ class CorrectionSettings:
             (DINOv3: ``damping: max``, ``damp_fraction: 0.1``).
     """
 
-    enabled: Union[bool, Literal["auto"]] = "auto"
+    enabled: Union[bool, Literal["auto"]] = False
     method: Literal["sparsegpt", "bias"] = "sparsegpt"
     num_samples: int = 256
     batch_size: int = 64

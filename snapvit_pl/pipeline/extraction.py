@@ -30,21 +30,21 @@ from .settings import ImportanceSettings
 from .state import ExtractedModel, Timings
 
 
-#: Printed (and written into the report) when ``correction.enabled: auto`` leaves the correction off on the CPU.
-CPU_CORRECTION_HINT = ("the weight correction is off: correction.enabled auto corrects only on an accelerator (on the "
-                       "CPU it costs minutes per model at full size); --correction.enabled true corrects each model, "
-                       "worth the most where pruning costs the most accuracy (docs/method.md, section 4)")
+#: Printed (and written into the report) when a run's models are not corrected.
+CORRECTION_HINT = ("the pruned models are not corrected: --correction.enabled true corrects each one (seconds per model "
+                   "on a GPU, minutes at full size on a CPU; auto: only on accelerators), worth the most where pruning "
+                   "costs the most accuracy (docs/method.md, section 4)")
 
 
 def correction_record(settings: CorrectionSettings, applied: bool, device: torch.device | str) -> dict[str, Any]:
-    """What a run did about the weight correction, for its report: the setting, whether it ran, and a hint when
-    ``auto`` left it off."""
+    """What a run did about the weight correction, for its report: the setting, whether it ran, and how to turn it
+    on when it did not."""
     record: dict[str, Any] = {"enabled": settings.enabled, "applied": applied, "method": settings.method,
                               "device": str(device)}
     if applied:
         record["num_samples"] = settings.num_samples
-    elif settings.enabled == "auto":
-        record["hint"] = CPU_CORRECTION_HINT
+    else:
+        record["hint"] = CORRECTION_HINT
     return record
 
 

@@ -83,8 +83,9 @@ def test_only_the_pruned_blocks_proj_and_fc2_change():
 
 
 def test_auto_corrects_on_accelerators_only_and_explicit_settings_win():
-    auto = CorrectionSettings()
-    assert auto.enabled == "auto" and not auto.active("cpu") and auto.active("cuda") and auto.active(torch.device("mps"))
+    assert CorrectionSettings().enabled is False and not CorrectionSettings().active("cuda")  # off by default
+    auto = CorrectionSettings(enabled="auto")
+    assert not auto.active("cpu") and auto.active("cuda") and auto.active(torch.device("mps"))
     assert CorrectionSettings(enabled=True).active("cpu") and not CorrectionSettings(enabled=False).active("cuda")
     with pytest.raises(Exception, match="true, false or auto"):
         CorrectionSettings(enabled="sometimes")

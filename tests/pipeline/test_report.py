@@ -71,16 +71,17 @@ def test_summary_table_fits_the_terminal_without_cut_cells(width):
             assert all(cell in text for cell in row), row
 
 
-def test_a_correction_left_off_by_auto_is_said_in_the_report_and_on_the_console(tmp_path, capsys):
+def test_a_run_without_correction_says_how_to_turn_it_on_in_the_report_and_on_the_console(tmp_path, capsys):
     from snapvit_pl.correction import CorrectionSettings
     from snapvit_pl.pipeline.extraction import correction_record
 
     state = _finished_state(1)
-    state.correction = correction_record(CorrectionSettings(), CorrectionSettings().active("cpu"), "cpu")
+    auto = CorrectionSettings(enabled="auto")
+    state.correction = correction_record(auto, auto.active("cpu"), "cpu")
     report = write_report(state, tmp_path, print_table=True, plots=False)
     assert report["correction"]["applied"] is False and "--correction.enabled true" in report["correction"]["hint"]
-    assert "- weight correction: off (the weight correction is off" in (tmp_path / "report.md").read_text()
-    assert "note: the weight correction is off" in capsys.readouterr().out
+    assert "- weight correction: off (the pruned models are not corrected" in (tmp_path / "report.md").read_text()
+    assert "note: the pruned models are not corrected" in capsys.readouterr().out
     state.correction = correction_record(CorrectionSettings(num_samples=64), True, "cuda")
     report = write_report(state, tmp_path, print_table=True, plots=False)
     assert "hint" not in report["correction"] and "note:" not in capsys.readouterr().out
