@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         table = measure_latency_table(model, batch, device, repeats=args.repeats, warmup=args.warmup)
         log(f"batch {batch}: table measured in {time.perf_counter() - started:.0f}s (dense {table.dense_ms:.2f} ms)")
         cost = CostModel(model, latency=table)
-        budgets = [Budget(latency=table.predict(scores.subnet(Budget(mlp_ratio=m, head_ratio=h))[0])) for m, h in PAPER_PAIRS]
+        # the pairs' predicted latencies, each once (on a coarse or noisy table two pairs can predict the same one)
+        latencies = dict.fromkeys(table.predict(scores.subnet(Budget(mlp_ratio=m, head_ratio=h))[0]) for m, h in PAPER_PAIRS)
+        budgets = [Budget(latency=ms) for ms in latencies]
         items = extract_models(model, scores, budgets, cost=cost, keep_models=True)
         images = torch.randn(batch, *input_shape(model))
         models = [model] + [item.model for item in items]
