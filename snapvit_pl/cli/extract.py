@@ -81,16 +81,15 @@ def _extract(argv: list[str]) -> int:
         export.latency_table = str(out_dir / "latency_table.json")
     settings = PipelineSettings(export=export, correction=CorrectionSettings(**args.correction.as_dict()))
     settings.evaluation.metrics = []
-    inputs = None
-    if settings.correction.enabled == "auto" and init.data is None:
-        settings.correction.enabled = False  # auto corrects with the run's data only; none given: the plain cut
-    if settings.correction.enabled:
-        if init.data is None:
-            raise ConfigError("--correction.enabled true needs calibration images: give the pruning run's data "
-                              "(--config runs/prune/<run>/config.yaml, or --data.class_path / --data.init_args.*)")
-        inputs = DataModuleInputs(init.data)
+    if settings.correction.enabled is True and init.data is None:
+        raise ConfigError("--correction.enabled true needs calibration images: give the pruning run's data "
+                          "(--config runs/prune/<run>/config.yaml, or --data.class_path / --data.init_args.*)")
     base = load_backbone(spec)
-    if inputs is not None:
+    if settings.correction.enabled == "auto":  # where the model computes, and only with the run's data
+        settings.correction.enabled = init.data is not None and settings.correction.active(next(base.parameters()).device)
+    inputs = None
+    if settings.correction.enabled:
+        inputs = DataModuleInputs(init.data)
         init.data.configure_for_model(base)
     pipeline = Pipeline.from_scores(base, scores, settings, spec=spec, inputs=inputs, progress=args.progress)
     cost = pipeline.cost
