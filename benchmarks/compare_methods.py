@@ -324,10 +324,19 @@ def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]]
     the runs of a model must agree on its dense model, its settings and its sizes (each model keeps its own sizes).
 
     ``renames``: ``{"file.json:old": "new"}``, a method of one report under the name the benchmark now gives it (a
-    column renamed since that run, e.g. ``snapvit`` measured when it was SSL-Fisher + SNES)."""
+    column renamed since that run, e.g. ``snapvit`` measured when it was SSL-Fisher + SNES); an empty new name drops
+    that method of that report (superseded: measured again by another run, e.g. after its default changed)."""
     reports = [json.loads(Path(p).read_text()) for p in paths]  # (an interrupted run holds its finished methods)
     for path, report in zip(paths, reports):
         mapping = {old.split(":", 1)[1]: new for old, new in (renames or {}).items() if old.split(":", 1)[0] == str(path)}
+        dropped = {old for old, new in mapping.items() if not new}
+        mapping = {old: new for old, new in mapping.items() if new}
+        if dropped:
+            report["settings"]["methods"] = [m for m in report["settings"]["methods"] if m not in dropped]
+            for entry in report["models"].values():
+                entry["rows"] = [r for r in entry["rows"] if r["method"] not in dropped]
+                entry["runs"] = [r for r in entry["runs"] if r["method"] not in dropped]
+                entry["superseded"] = sorted({*entry.get("superseded", []), *dropped})
         if mapping:
             report["settings"]["methods"] = [mapping.get(m, m) for m in report["settings"]["methods"]]
             for entry in report["models"].values():
@@ -354,6 +363,8 @@ def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]]
                 raise ValueError(f"{name}: {', '.join(again)} measured by more than one run")
             merged["rows"] += entry["rows"]
             merged["runs"] += entry["runs"]
+            if entry.get("superseded"):
+                merged["superseded"] = sorted({*merged.get("superseded", []), *entry["superseded"]})
     for entry in models.values():
         entry["summary"] = aggregate(entry["rows"])
     methods = sorted(dict.fromkeys(m for r in reports for m in r["settings"]["methods"]),
@@ -481,6 +492,9 @@ def markdown(report: dict[str, Any]) -> str:
         if entry.get("renamed"):
             lines += ["Renamed since that run: " + ", ".join(f"`{old}` is now `{new}`" for old, new in entry["renamed"].items())
                       + " (the same method; the benchmark's names changed).", ""]
+        if entry.get("superseded"):
+            lines += ["Measured again in a later run (its default changed), the earlier run's records dropped: "
+                      + ", ".join(f"`{m}`" for m in entry["superseded"]) + ".", ""]
         for corrected in (False, True):
             names = [column(m, corrected) for m in s["methods"] if column(m, corrected) in summary]
             if not names:
@@ -623,7 +637,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--merge", nargs="+", metavar="JSON", default=None,
                         help="merge the reports of finished runs over different --models into --out, then exit")
     parser.add_argument("--rename", action="append", default=[], metavar="JSON:OLD=NEW",
-                        help="with --merge: a method of one report under its current name (a renamed column)")
+                        help="with --merge: a method of one report under its current name (a renamed column); "
+                             "JSON:OLD= drops it (measured again by another of the merged runs)")
     args = parser.parse_args(argv)
     if args.merge:
         try:

@@ -134,7 +134,7 @@ VARIANTS: dict[str, Variant] = {
     "activation_z_split": Variant("activation", {"standardize": "zscore"}, views="plain"),
     "wanda_sp_z_split": Variant("wanda_sp", {"standardize": "zscore"}, views="plain"),
     # research: Gauss-Newton output sensitivity and per-sample mask Fisher
-    "sens_none_split": Variant("sensitivity", views="plain", coefficients="none"),
+    "sens_none_split": Variant("sensitivity", {"probes": 8}, views="plain", coefficients="none"),  # the default until issue 30
     "sens_split": Variant("sensitivity", views="plain"),
     "sens_search": Variant("sensitivity", views="plain", search=dict(OLD_DEMO_SEARCH)),
     "sens_search1": Variant("sensitivity", views="plain", search={**OLD_DEMO_SEARCH, "initial_range": (1.0, 1.0)}),
@@ -146,6 +146,9 @@ VARIANTS: dict[str, Variant] = {
     "sens_pca_none_split": Variant("sens_pca", coefficients="none"),
     "sens_center_none_split": Variant("sens_pca", {"project": False}, coefficients="none"),
     "sens16_none_split": Variant("sensitivity", {"probes": 16}, views="plain", coefficients="none"),
+    # issue 30: fewer probes per image (each probe is one backward pass of the importance stage)
+    "sens4_none_split": Variant("sensitivity", {"probes": 4}, views="plain", coefficients="none"),
+    "sens2_none_split": Variant("sensitivity", {"probes": 2}, views="plain", coefficients="none"),
     "gram_none_split": Variant("gram_greedy", coefficients="none"),
     "gn_greedy_split": Variant("gn_greedy", views="plain", coefficients="none"),
     "gn_greedy_block_split": Variant("gn_greedy", {"gram": "block"}, views="plain", coefficients="none"),
@@ -374,6 +377,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--goal", default=None, help="VARIANT:RIVAL,RIVAL,...: where VARIANT's mean loses, then exit")
     parser.add_argument("--selection", default=None, metavar="MARKDOWN",
                         help="write the selection table of --variants over --models (from --out) to this file, then exit")
+    parser.add_argument("--paired", default=None, metavar="BASELINE:MARKDOWN",
+                        help="write each of --variants minus BASELINE, paired by seed, over --models to MARKDOWN, "
+                             "then exit")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else (CACHE / "quick.jsonl" if args.quick else RESEARCH / "holdout.jsonl")
     variants = args.variants.split(",")
@@ -383,6 +389,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         return
     if args.summary:
         print(summary(out, variants if args.variants != ",".join(VARIANTS) else None, args.models.split(",")))
+        return
+    if args.paired:
+        baseline, target = args.paired.split(":", 1)
+        text = paired_table(out, variants, baseline, args.models.split(","))
+        write_text_atomic(Path(target), text)
+        print(text)
         return
     if args.selection:
         text = selection_table(out, variants, args.models.split(","))
@@ -436,6 +448,37 @@ def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
                 means = [statistics.fmean(100 * r["rows"][PAIRS.index(p)][key] for r in runs) for p in shown]
                 cells.append(" / ".join(f"{v:.2f}" for v in means) + f" [{len(runs)}]")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def paired_table(path: Path, variants: list[str], baseline: str, models: list[str]) -> str:
+    """Each variant minus ``baseline`` on the same seeds (the same pruning and evaluation images): per model and
+    metric, the mean ± standard deviation of the per-seed differences at 61 / 51 / 41% of the parameters."""
+    records = {(r["model"], r["seed"], r["variant"]): r
+               for r in (json.loads(line) for line in path.read_text().splitlines())}
+    shown = PAIRS[-3:]
+    titles = {"head_top1": "own head", "linear_top1": "linear probe", "knn_top1": "k-NN"}
+    lines = [f"Top-1 of each variant minus `{baseline}`'s, in points, on the same seeds (`{display(path)}`): mean ± "
+             "standard deviation over the seeds at " + " / ".join(f"{tuple(p)}" for p in shown)
+             + " (about 61 / 51 / 41% of the parameters kept); [n] seeds.", ""]
+    for name in variants:
+        lines += [f"**{name}**", "", "| model | " + " | ".join(titles[k] for k in REPORTED) + " |", "|---|---|---|---|"]
+        for m in models:
+            seeds = sorted(s for (model, s, v) in records if model == m and v == name
+                           and (m, s, baseline) in records)
+            cells = []
+            for key in REPORTED:
+                per_pair = []
+                for p in shown:
+                    i = PAIRS.index(p)
+                    diffs = [100 * (records[(m, s, name)]["rows"][i][key] - records[(m, s, baseline)]["rows"][i][key])
+                             for s in seeds if records[(m, s, name)]["rows"][i][key] is not None]
+                    if diffs:
+                        spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+                        per_pair.append(f"{statistics.fmean(diffs):+.2f} ± {spread:.2f}")
+                cells.append(" / ".join(per_pair) + f" [{len(seeds)}]" if per_pair else "-")
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 

@@ -22,8 +22,10 @@ sizes of ``configs/prune/dino_vitb16.yaml`` (1000 importance images, 1000 fitnes
 grid, 7 candidates): the split choice's share of the exhaustive forwards is the one
 ``benchmarks/split_choice.py`` measured on the development models. Times are the CPU time of the one-thread process
 (the other jobs of a shared machine stretch its wall clock, also recorded) on the CPU, the wall clock on a GPU.
-Then ``prune.py`` on the demo model once with one process and once with two (gloo): the wall time of the split stage
-and of the export (rank 0's report), and whether the scores file and every model file are the same bytes.
+Before them (while this process holds no full-size model), ``prune.py`` on the demo model with one process and with
+two (gloo), three times each, alternately: the wall time of the split stage and of the export (rank 0's report; the
+medians, and the ratio of each pair of runs), and whether the scores file and every model file are the same bytes in
+every run. Last, the start-up of ``prune.py`` (``START_UP``).
 Writes ``benchmarks/results/stage_floors.json`` and ``.md`` (``--tiny``: ``stage_floors_tiny``).
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ import copy
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,6 +68,8 @@ VIT_B = BackboneSpec("vit_base_patch16_224.dino", False, None, {"num_classes": 0
 TINY = BackboneSpec("vit_small_patch16_224", False, None,
                     {"num_classes": 0, "img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 4})
 #: configs/prune/dino_vitb16.yaml: the sizes the full-size costs are scaled to.
+#: ViT-B/16's importance in seconds per image on one CPU thread before issue 30 (8 probes, host-side probe loop).
+IMPORTANCE_BEFORE_S = 4.9
 DINO = {"images": 1000, "fitness_images": 1000, "split_grid": 0.1, "split_candidates": 7, "mlp_multiple": 8}
 
 
@@ -156,7 +161,8 @@ def measure_model(name: str, pipeline: Pipeline, batches: list, fitness: torch.T
         _, floor, _ = clock(lambda: [prune_(copy.deepcopy(model), item.subnet) for item in items])
         note = f"the cut of {len(items)} models"
     row("export", seconds, wall, floor, note)
-    return {"stages": rows, "importance_images": sum(len(b) for b in batches), "fitness_images": len(fitness),
+    return {"stages": rows, "importance_images": sum(len(b) for b in batches), "importance_probes": probes,
+            "fitness_images": len(fitness),
             "splits_chosen": len(pipeline.state.splits), "raced_dense_image_equivalents": raced,
             "timings": pipeline.state.timings.to_dict()}
 
@@ -327,29 +333,71 @@ def rank_times(args: argparse.Namespace, log: Progress) -> dict[str, Any]:
     return result
 
 
-def two_processes(args: argparse.Namespace, log: Progress) -> dict[str, Any]:
-    """``prune.py`` on the demo model with one process and with two (gloo): the split and export wall times."""
+def two_processes(args: argparse.Namespace, log: Progress, repeats: int = 3) -> dict[str, Any]:
+    """``prune.py`` on the demo model with one process and with two (gloo), ``repeats`` times alternately: the split
+    and export wall times of each run (rank 0's report), their medians and the ratio of the medians, and whether every
+    run wrote the same scores file and model files."""
     common = ["--evaluation.metrics=[knn, head]", "--report.print_table=false", "--report.plots=false",
               "--progress=off", "--trainer.accelerator=cpu", "--trainer.logger=false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs: dict[str, Any] = {}
+    runs: dict[str, list[dict[str, Any]]] = {"one": [], "two": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in (("one", []), ("two", ["--trainer.devices=2"])):
-            out = Path(tmp) / name
+        for repeat in range(repeats):
+            for name, extra in (("one", []), ("two", ["--trainer.devices=2"])):
+                out = Path(tmp) / f"{name}{repeat}"
+                started = time.perf_counter()
+                result = subprocess.run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(out), *common, *extra],
+                                        capture_output=True, text=True, cwd=tmp, env=env)
+                if result.returncode != 0:
+                    raise SystemExit(f"error: prune.py ({name}) failed:\n{result.stderr[-2000:]}")
+                timings = json.loads((out / "report.json").read_text())["timings"]
+                files = [out / "elastic_scores.safetensors",
+                         *sorted(f for f in (out / "models").rglob("*") if f.is_file())]
+                run = {"wall_s": time.perf_counter() - started, "splits_s": timings["splits_s"],
+                       "export_s": sum(timings.get(k, 0.0) for k in ("export_s", "evaluation_s", "correction_s")),
+                       "sha256": {str(f.relative_to(out)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}}
+                runs[name].append(run)
+                log(f"prune.py, {name} process(es), run {repeat + 1}/{repeats}: splits {run['splits_s']:.1f} s, "
+                    f"export {run['export_s']:.1f} s")
+    hashes = [run["sha256"] for name in runs for run in runs[name]]
+    summary: dict[str, Any] = {"repeats": repeats, "runs": runs, "same_files": all(h == hashes[0] for h in hashes),
+                               "files": len(hashes[0])}
+    for name in runs:
+        summary[name] = {stage: statistics.median(run[f"{stage}_s"] for run in runs[name]) for stage in ("splits", "export")}
+        summary[name] = {f"{stage}_s": value for stage, value in summary[name].items()}
+    for stage in ("splits", "export"):
+        summary[f"{stage}_ratio"] = summary["two"][f"{stage}_s"] / summary["one"][f"{stage}_s"]
+        ratios = [t[f"{stage}_s"] / o[f"{stage}_s"] for o, t in zip(runs["one"], runs["two"])]
+        summary[f"{stage}_ratio_range"] = [min(ratios), max(ratios)]
+    return summary
+
+
+#: ``prune.py`` command lines whose start-up is timed (what a user types before any work starts), by what they show.
+START_UP = {"the help": ["--help"], "the resolved config": ["--print_config"],
+            "an unknown option (error exit)": ["--no_such_option=1"],
+            "a bad value (error exit after the config is parsed)": ["--data.init_args.batch_size=-1"]}
+
+
+def start_up(log: Progress, repeats: int = 3) -> dict[str, Any]:
+    """Wall seconds of each ``START_UP`` command line (a fresh interpreter each time; the median of ``repeats``)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result: dict[str, Any] = {}
+    for label, argv in START_UP.items():
+        seconds = []
+        for _ in range(repeats):
             started = time.perf_counter()
-            result = subprocess.run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(out), *common, *extra],
-                                    capture_output=True, text=True, cwd=tmp, env=env)
-            if result.returncode != 0:
-                raise SystemExit(f"error: prune.py ({name}) failed:\n{result.stderr[-2000:]}")
-            timings = json.loads((out / "report.json").read_text())["timings"]
-            files = [out / "elastic_scores.safetensors", *sorted(f for f in (out / "models").rglob("*") if f.is_file())]
-            runs[name] = {"wall_s": time.perf_counter() - started, "splits_s": timings["splits_s"],
-                          "export_s": sum(timings.get(k, 0.0) for k in ("export_s", "evaluation_s", "correction_s")),
-                          "sha256": {str(f.relative_to(out)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}}
-            log(f"prune.py, {name} process(es): splits {runs[name]['splits_s']:.1f} s, export {runs[name]['export_s']:.1f} s")
-    one, two = runs["one"], runs["two"]
-    return {"one": one, "two": two, "same_files": one["sha256"] == two["sha256"], "files": len(one["sha256"]),
-            "splits_ratio": two["splits_s"] / one["splits_s"], "export_ratio": two["export_s"] / one["export_s"]}
+            done = subprocess.run([sys.executable, str(ROOT / "prune.py"), *argv], capture_output=True, text=True,
+                                  env=env, cwd=ROOT)
+            seconds.append(time.perf_counter() - started)
+        result[label] = {"argv": argv, "exit_status": done.returncode, "seconds": sorted(seconds)[len(seconds) // 2],
+                         "all_s": seconds}
+        log(f"prune.py {' '.join(argv)}: {result[label]['seconds']:.2f} s (exit {done.returncode})")
+    return result
+
+
+def _range(two: dict[str, Any], stage: str) -> str:
+    low_high = two.get(f"{stage}_ratio_range")
+    return f" ({low_high[0]:.2f} .. {low_high[1]:.2f})" if low_high else ""
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -373,17 +421,33 @@ def markdown(report: dict[str, Any]) -> str:
                       f"({dino['raced_share_of_exhaustive_flops']:.1%} of the candidates' forwards, "
                       f"`split_choice.md`), against {dino['splits_exhaustive_s'] / 3600:.1f} h for every candidate on "
                       "every image.", ""]
+    vit = report["models"].get("vit_b16")
+    if vit:
+        per_image = vit["stages"]["importance"]["seconds"] / vit["importance_images"]
+        lines += [f"ViT-B/16's importance: {per_image:.2f} s per image on one CPU thread with "
+                  f"{vit['importance_probes']} probes, {per_image / IMPORTANCE_BEFORE_S:.0%} of the "
+                  f"{IMPORTANCE_BEFORE_S} s per image (8 probes) measured before issue 30.", ""]
+    if report.get("start_up"):
+        lines += ["## Start-up", "", "`python prune.py ...` from a fresh interpreter, wall seconds (median of 3):", "",
+                  "| command line | what it does | seconds | exit status |", "|---|---|---:|---:|"]
+        what = {tuple(argv): label for label, argv in START_UP.items()}
+        lines += [f"| `prune.py {' '.join(r['argv'])}` | {what.get(tuple(r['argv']), key)} | {r['seconds']:.2f} | "
+                  f"{r['exit_status']} |" for key, r in report["start_up"].items()]
+        lines.append("")
     two = report.get("two_processes")
     if two:
         lines += ["## Two processes (gloo) against one", "",
                   "`prune.py` on the demo model (`configs/prune/demo.yaml`, metrics k-NN and own head), wall seconds "
-                  "of rank 0's report:", "",
+                  f"of rank 0's report, the median of {two.get('repeats', 1)} runs of each, one and two processes "
+                  "alternately (the ratio of each pair of runs in brackets: this shared machine's other tenants "
+                  "move the wall times):", "",
                   "| | 1 process | 2 processes | 2 / 1 |", "|---|---:|---:|---:|",
-                  f"| split choice | {two['one']['splits_s']:.1f} | {two['two']['splits_s']:.1f} | {two['splits_ratio']:.2f} |",
+                  f"| split choice | {two['one']['splits_s']:.1f} | {two['two']['splits_s']:.1f} | "
+                  f"{two['splits_ratio']:.2f}{_range(two, 'splits')} |",
                   f"| export (cut, evaluate, save) | {two['one']['export_s']:.1f} | {two['two']['export_s']:.1f} | "
-                  f"{two['export_ratio']:.2f} |", "",
+                  f"{two['export_ratio']:.2f}{_range(two, 'export')} |", "",
                   f"The scores file and the {two['files'] - 1} model files are "
-                  f"{'the same bytes (sha256)' if two['same_files'] else 'NOT the same bytes'} in both runs.", ""]
+                  f"{'the same bytes (sha256)' if two['same_files'] else 'NOT the same bytes'} in every run.", ""]
         ranks = two["per_rank"]
         lines += ["The same two stages (the importance pass done once before) on one and two gloo processes started "
                   "from Python, the CPU time of each rank: the work each process does (with a core per process its "
@@ -417,13 +481,17 @@ def main(argv: list[str] | None = None) -> int:
                               "settings": {"vit_images": args.images, "vit_fitness_images": args.fitness_images,
                                            "vit_split_grid": args.split_grid, "vit_split_candidates": args.split_candidates},
                               "models": {}}
+    # the multi-process runs first, while this process holds no full-size model (run after the ViT-B/16
+    # measurement, the two-process split stage measured 5.8-6.7 s here; run alone, 3.6-3.7 s)
+    if args.two if args.two is not None else (device.type == "cpu" and not args.tiny):
+        report["two_processes"] = two_processes(args, log)
+        report["two_processes"]["per_rank"] = rank_times(args, log)
     if device.type == "cpu":
         report["models"]["demo"] = demo(args, clock, log)
     spec = TINY if args.tiny else VIT_B
     report["models"]["vit_b16" if not args.tiny else "tiny"] = full_size(spec, args, clock, log)
-    if args.two if args.two is not None else (device.type == "cpu" and not args.tiny):
-        report["two_processes"] = two_processes(args, log)
-        report["two_processes"]["per_rank"] = rank_times(args, log)
+    if not args.tiny:
+        report["start_up"] = start_up(log)
     report["machine"] = machine_info()
     prefix = Path(args.out) if args.out else RESULTS / ("stage_floors_tiny" if args.tiny else "stage_floors")
     write_results(prefix, report, markdown)

@@ -176,7 +176,9 @@ class Pipeline:
         """The run's one fitness (dense embeddings and PCA of the fitness images, built once): the search's
         objective and the judge of the splits."""
         if self._fitness is None:
-            self._fitness = EmbeddingFitness(self.model, self.fitness_images(), self._local_scores(), self.settings.search)
+            self._fitness = EmbeddingFitness(self.model, self.fitness_images(), self._local_scores(), self.settings.search,
+                                             rank=self.dist.rank, world_size=self.dist.world_size,
+                                             all_gather=self.dist.all_gather)
         return self._fitness
 
     def completed(self, stage: str) -> bool:

@@ -225,7 +225,8 @@ def choose_splits(
         PruningSpecError: a budget asked for that no candidate split can meet.
     """
     cost = cost or CostModel(model)
-    fitness = fitness or EmbeddingFitness(model, images, scores, search, pairs=[(0.0, 0.0)])
+    fitness = fitness or EmbeddingFitness(model, images, scores, search, pairs=[(0.0, 0.0)], rank=rank,
+                                          world_size=world_size, all_gather=all_gather)
     heads, neurons = scores.unified()
     max_head = max_prune_ratio(heads, scores.min_head_keep)
     keep_args = (scores.min_mlp_keep, scores.min_head_keep, export.mlp_multiple)

@@ -161,6 +161,12 @@ def probe_vjps(out: Tensor, leaves: list[Tensor], probes: Tensor, batched: bool)
         yield list(torch.autograd.grad(out, leaves, grad_outputs=probes[k], retain_graph=k + 1 < probes.shape[0]))
 
 
+#: Random probes per image of the default score: each is one backward pass, so the importance pass costs about
+#: ``1 + DEFAULT_PROBES`` forward-pass equivalents per image. 4 ranks units as 8 does on the four development models
+#: (docs/method.md, "How the defaults were chosen"; 3 seeds, 1000 images, paired by seed).
+DEFAULT_PROBES = 4
+
+
 class OutputSensitivity(MaskGradientScorer):
     """Gauss-Newton sensitivity of the embedding to each unit: ``E_n ||d f(x_n)/d m_{n,u}||^2`` (label-free).
 
@@ -180,7 +186,8 @@ class OutputSensitivity(MaskGradientScorer):
     name = "sensitivity"
     views = "plain"
 
-    def __init__(self, probes: int = 8, target: Target = "normalized", seed: int = 0, center: Optional[list] = None):
+    def __init__(self, probes: int = DEFAULT_PROBES, target: Target = "normalized", seed: int = 0,
+                 center: Optional[list] = None):
         if int(probes) < 0:
             raise ScoringError(f"sensitivity: probes must be >= 0, got {probes}")
         if target not in ("normalized", "raw"):

@@ -13,6 +13,7 @@ from ..elastic.scores import ElasticScores
 from ..models.embedding import embed
 from ..models.surgery import use_subnet
 from ..models.units import prunable_blocks
+from .population import AllGather, evaluate_shared
 from .settings import SearchSettings
 
 
@@ -44,6 +45,9 @@ class EmbeddingFitness:
         settings: the search settings: ``pca_components`` (clipped to the data), ``batch_size`` and the
             ``sparsity_pairs`` averaged by :meth:`__call__`.
         pairs: other (mlp_ratio, head_ratio) pairs than ``settings.sparsity_pairs``.
+        rank, world_size, all_gather: this process's place in a DDP run: the dense embeddings' batches are shared
+            across the ranks and gathered (each batch's forward is the one a single process makes, so every rank
+            holds a single process's embeddings, bit for bit).
     """
 
     def __init__(
@@ -53,6 +57,10 @@ class EmbeddingFitness:
         scores: ElasticScores,
         settings: SearchSettings,
         pairs: Optional[Sequence[Sequence[float]]] = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        all_gather: Optional[AllGather] = None,
     ):
         if images.ndim != 4 or images.shape[0] == 0:
             raise ValueError(f"fitness images must be a non-empty [N, C, H, W] tensor, got shape {tuple(images.shape)}")
@@ -63,7 +71,7 @@ class EmbeddingFitness:
         self.images = images.to(self.device)
         self.blocks = prunable_blocks(model)
         self.forward_seconds = 0.0  # time inside the forward passes, to compare with the whole search
-        teacher = self.embed()
+        teacher = self._dense_embeddings(rank, world_size, all_gather)
         self.pca = PCAProjection(teacher, settings.pca_components)
         self.target = torch.nn.functional.normalize(self.pca(teacher), dim=-1)
         self.forward_seconds = 0.0
@@ -79,6 +87,16 @@ class EmbeddingFitness:
         synchronize(self.device)
         self.forward_seconds += time.perf_counter() - start
         return out
+
+    def _dense_embeddings(self, rank: int, world_size: int, all_gather: Optional[AllGather]) -> torch.Tensor:
+        """The dense model's embeddings of the fitness images: the batches of ``batch_size`` shared across ranks."""
+        batches = list(self.images.split(self.batch_size))
+        if world_size == 1 or len(batches) == 1:
+            return self.embed()
+        dim = self.embed(self.images[:1]).shape[1]  # the gather needs each batch's length before any is computed
+        parts = evaluate_shared(batches, lambda batch: self.embed(batch), [len(b) * dim for b in batches],
+                                [float(len(b)) for b in batches], rank, world_size, all_gather)
+        return torch.cat([part.view(len(b), dim) for part, b in zip(parts, batches)]).to(self.device, torch.float32)
 
     def _distance(self, subnet) -> torch.Tensor:
         """``1 - mean cosine similarity`` as a 0-d tensor on the model's device (no host synchronisation)."""

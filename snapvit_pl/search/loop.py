@@ -136,7 +136,8 @@ def run_search(
         return SearchResult(mean, evaluations_per_rank=[0] * world_size)
     started = time.perf_counter()
     previous_s = resume.seconds if resume is not None else 0.0
-    fitness = fitness or EmbeddingFitness(model, images, local, settings)
+    fitness = fitness or EmbeddingFitness(model, images, local, settings, rank=rank, world_size=world_size,
+                                          all_gather=all_gather)
     forward_before = fitness.forward_seconds
     es = settings.strategy(mean)
     pending: Optional[list[float]] = None

@@ -70,6 +70,21 @@ def test_merge_keeps_each_models_sizes_and_renames_a_column_of_one_report(tmp_pa
     with pytest.raises(ValueError, match="other sizes"):
         merge([old, write(tmp_path, "again", again)], tmp_path / "bad")
 
+
+def test_merge_drops_a_method_measured_again_by_another_run(tmp_path):
+    old = write(tmp_path, "old", report([0, 1], ["ours", "label_fisher"]))
+    again = write(tmp_path, "again", report([0, 1], ["ours"], corrected=(False,)))
+    with pytest.raises(ValueError, match="ours seed 0"):
+        merge([old, again], tmp_path / "twice")
+    merged = merge([old, again], tmp_path / "merged", {f"{old}:ours": ""})
+    entry = merged["models"]["reference"]
+    assert {r["method"] for r in entry["runs"]} == {"ours", "label_fisher"} and entry["superseded"] == ["ours"]
+    assert "ours+correction" not in entry["summary"] and entry["summary"]["ours"]["0.65,0.50"]["head_top1"]["n"] == 2
+    assert merged["settings"]["methods"] == ["ours", "label_fisher"]
+    assert "Measured again in a later run (its default changed), the earlier run's records dropped: `ours`" in \
+        (tmp_path / "merged.md").read_text()
+
+
 def test_goal_is_label_fisher_strictly_at_the_sparsest_pairs_and_within_the_spread_elsewhere():
     data = report([0, 1, 2], ["ours", "label_fisher", "snapvit"])
     checks = goal(data)

@@ -53,3 +53,19 @@ def test_selection_tables_mean_over_seeds_per_metric_and_skip_a_missing_head(tmp
     assert "| variant | sup |\n" in head and "| a | 85.00 / 85.00 / 85.00 [2] |" in head  # ssl has no head
     assert "| a | 50.00 / 50.00 / 50.00 [2] | 50.00 / 50.00 / 50.00 [1] |" in linear
     assert "| a | 40.00 / 40.00 / 40.00 [2] | 40.00 / 40.00 / 40.00 [1] |" in knn and "| b | - | - |" in knn
+
+
+def test_paired_table_differences_by_seed_and_only_where_both_ran(tmp_path):
+    from benchmarks.research_scores import PAIRS, paired_table
+
+    def record(model, variant, seed, linear):
+        rows = [{"pair": list(p), "head_top1": None, "linear_top1": linear, "knn_top1": 0.4} for p in PAIRS]
+        return json.dumps({"model": model, "seed": seed, "variant": variant, "rows": rows})
+
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join([record("m", "base", 0, 0.90), record("m", "base", 1, 0.80), record("m", "new", 0, 0.91),
+                               record("m", "new", 1, 0.83), record("m", "new", 2, 0.10)]))  # seed 2: no baseline
+    table = paired_table(path, ["new"], "base", ["m", "other"])
+    assert "| m | - | +2.00 ± 1.41 / +2.00 ± 1.41 / +2.00 ± 1.41 [2] | +0.00 ± 0.00 / +0.00 ± 0.00 / +0.00 ± 0.00 [2] |" \
+        in table
+    assert "| other | - | - | - |" in table

@@ -64,3 +64,26 @@ def test_empty_images_rejected(setup):
     model, _, scores, _ = setup
     with pytest.raises(ValueError, match="non-empty"):
         EmbeddingFitness(model, torch.empty(0, 3, 32, 32), scores, SearchSettings())
+
+
+def test_the_dense_embeddings_are_shared_across_ranks_and_every_rank_gets_a_single_processs(setup, monkeypatch):
+    import threading
+
+    from threaded_ranks import as_ranks
+
+    model, images, scores, single = setup  # batch_size 10: three batches of the 24 images
+    settings = SearchSettings(num_images=24, pca_components=16, batch_size=10)
+    batches_of = {}  # thread -> the batch sizes it embedded
+    embed_batches = EmbeddingFitness.embed
+
+    def counting(self, batch=None):
+        if batch is not None and len(batch) > 1:  # (one image: the embedding width, on every rank)
+            batches_of.setdefault(threading.get_ident(), []).append(len(batch))
+        return embed_batches(self, batch)
+
+    monkeypatch.setattr(EmbeddingFitness, "embed", counting)
+    ranks = as_ranks(2, lambda rank, all_gather: EmbeddingFitness(model, images, scores, settings, rank=rank,
+                                                                  world_size=2, all_gather=all_gather))
+    assert sorted(sum(batches_of.values(), [])) == [4, 10, 10] and len(batches_of) == 2  # each batch on one rank
+    for fitness in ranks:
+        assert torch.equal(fitness.target, single.target) and torch.equal(fitness.pca.basis, single.pca.basis)
