@@ -72,6 +72,7 @@ RESEARCH = RESULTS / "research"
 CACHE = RESEARCH / "cache"  # git-ignored (RESEARCH/.gitignore)
 PAIRS = list(PAPER_PAIRS[-4:])  # ~71/61/51/41% of the parameters kept
 REPORTED = ("head_top1", "linear_top1", "knn_top1")
+TITLES = {"head_top1": "own head", "linear_top1": "linear probe", "knn_top1": "k-NN"}  # of REPORTED
 def _search_fields(settings: SearchSettings) -> dict[str, Any]:
     """The coefficient-search fields of a preset (not its fitness sizes, which the config gives)."""
     return {k: getattr(settings, k) for k in ("optimizer", "max_evaluations", "popsize", "sigma", "parametrization",
@@ -432,12 +433,11 @@ def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
     lines = [f"Mean over seeds on held-out train images (`{display(path)}`), top-1 in % at "
              + " / ".join(f"{tuple(p)}" for p in shown) + " (about 61 / 51 / 41% of the parameters kept), every variant "
              "cut at the same parameter counts with its own fitness-chosen split; [n] seeds; `-`: not run.", ""]
-    titles = {"head_top1": "own head", "linear_top1": "linear probe", "knn_top1": "k-NN"}
     for key in REPORTED:
         having = [m for m in models if any(r["model"] == m and r["rows"][0].get(key) is not None for r in records)]
         if not having:
             continue
-        lines += [f"**{titles[key]}**", "", "| variant | " + " | ".join(having) + " |", "|---|" + "---|" * len(having)]
+        lines += [f"**{TITLES[key]}**", "", "| variant | " + " | ".join(having) + " |", "|---|" + "---|" * len(having)]
         for name in variants:
             cells = []
             for m in having:
@@ -458,12 +458,11 @@ def paired_table(path: Path, variants: list[str], baseline: str, models: list[st
     records = {(r["model"], r["seed"], r["variant"]): r
                for r in (json.loads(line) for line in path.read_text().splitlines())}
     shown = PAIRS[-3:]
-    titles = {"head_top1": "own head", "linear_top1": "linear probe", "knn_top1": "k-NN"}
     lines = [f"Top-1 of each variant minus `{baseline}`'s, in points, on the same seeds (`{display(path)}`): mean ± "
              "standard deviation over the seeds at " + " / ".join(f"{tuple(p)}" for p in shown)
              + " (about 61 / 51 / 41% of the parameters kept); [n] seeds.", ""]
     for name in variants:
-        lines += [f"**{name}**", "", "| model | " + " | ".join(titles[k] for k in REPORTED) + " |", "|---|---|---|---|"]
+        lines += [f"**{name}**", "", "| model | " + " | ".join(TITLES[k] for k in REPORTED) + " |", "|---|---|---|---|"]
         for m in models:
             seeds = sorted(s for (model, s, v) in records if model == m and v == name
                            and (m, s, baseline) in records)

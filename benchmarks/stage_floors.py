@@ -363,8 +363,8 @@ def two_processes(args: argparse.Namespace, log: Progress, repeats: int = 3) -> 
     summary: dict[str, Any] = {"repeats": repeats, "runs": runs, "same_files": all(h == hashes[0] for h in hashes),
                                "files": len(hashes[0])}
     for name in runs:
-        summary[name] = {stage: statistics.median(run[f"{stage}_s"] for run in runs[name]) for stage in ("splits", "export")}
-        summary[name] = {f"{stage}_s": value for stage, value in summary[name].items()}
+        summary[name] = {f"{stage}_s": statistics.median(run[f"{stage}_s"] for run in runs[name])
+                         for stage in ("splits", "export")}
     for stage in ("splits", "export"):
         summary[f"{stage}_ratio"] = summary["two"][f"{stage}_s"] / summary["one"][f"{stage}_s"]
         ratios = [t[f"{stage}_s"] / o[f"{stage}_s"] for o, t in zip(runs["one"], runs["two"])]
@@ -389,7 +389,7 @@ def start_up(log: Progress, repeats: int = 3) -> dict[str, Any]:
             done = subprocess.run([sys.executable, str(ROOT / "prune.py"), *argv], capture_output=True, text=True,
                                   env=env, cwd=ROOT)
             seconds.append(time.perf_counter() - started)
-        result[label] = {"argv": argv, "exit_status": done.returncode, "seconds": sorted(seconds)[len(seconds) // 2],
+        result[label] = {"argv": argv, "exit_status": done.returncode, "seconds": statistics.median(seconds),
                          "all_s": seconds}
         log(f"prune.py {' '.join(argv)}: {result[label]['seconds']:.2f} s (exit {done.returncode})")
     return result
@@ -428,7 +428,9 @@ def markdown(report: dict[str, Any]) -> str:
                   f"{vit['importance_probes']} probes, {per_image / IMPORTANCE_BEFORE_S:.0%} of the "
                   f"{IMPORTANCE_BEFORE_S} s per image (8 probes) measured before issue 30.", ""]
     if report.get("start_up"):
-        lines += ["## Start-up", "", "`python prune.py ...` from a fresh interpreter, wall seconds (median of 3):", "",
+        repeats = len(next(iter(report["start_up"].values()))["all_s"])
+        lines += ["## Start-up", "", f"`python prune.py ...` from a fresh interpreter, wall seconds (median of {repeats}):",
+                  "",
                   "| command line | what it does | seconds | exit status |", "|---|---|---:|---:|"]
         what = {tuple(argv): label for label, argv in START_UP.items()}
         lines += [f"| `prune.py {' '.join(r['argv'])}` | {what.get(tuple(r['argv']), key)} | {r['seconds']:.2f} | "

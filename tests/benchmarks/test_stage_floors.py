@@ -16,13 +16,13 @@ def test_the_two_process_table_shows_the_median_ratio_and_the_range_of_the_pairs
                               {"splits": {"cpu_s": 3.2}, "export": {"cpu_s": 11.0}}],
                         "splits_cpu_ratio": 3.2 / 6.0, "export_cpu_ratio": 0.55}}
     report = {"tiny": False, "device": "cpu", "models": {}, "two_processes": two,
-              "start_up": {"the help": {"argv": ["--help"], "seconds": 0.12, "exit_status": 0}},
+              "start_up": {"the help": {"argv": ["--help"], "seconds": 0.12, "exit_status": 0, "all_s": [0.2, 0.12]}},
               "machine": {"date": "d", "torch_threads": 1, "load_average_1m_at_end": 0.5}}
     text = markdown(report)
     assert "the median of 3 runs of each" in text
     assert "| split choice | 6.0 | 3.6 | 0.60 (0.58 .. 0.74) |" in text
     assert "| export (cut, evaluate, save) | 20.0 | 11.0 | 0.55 (0.53 .. 0.57) |" in text
     assert "the same bytes (sha256) in every run" in text
-    assert "| `prune.py --help` | the help | 0.12 | 0 |" in text
+    assert "| `prune.py --help` | the help | 0.12 | 0 |" in text and "wall seconds (median of 2)" in text
     two["same_files"] = False
     assert "NOT the same bytes" in markdown(report)
