@@ -65,6 +65,7 @@ from snapvit_pl.pipeline import (  # noqa: E402
     Correction, Evaluation, EvaluationSettings, SearchSettings, choose_splits, extract_models, local_importance, run_search,
     scoring_views, split_table,
 )
+from snapvit_pl.pipeline.importance import match_global_views  # noqa: E402
 from snapvit_pl.scoring import build_scorer  # noqa: E402
 
 @dataclass(frozen=True)
@@ -163,11 +164,12 @@ def method_scores(method: str, setup: PruneSetup, log: Progress, shared: dict[st
     info: dict[str, Any] = {"scorer": name}
     started = time.perf_counter()
     if name not in shared:
-        kwargs = {"snip_magnitude": {"n_global": getattr(config_scorer, "n_global", 2)}, "random": {"seed": setup.search.seed},
-                  "sensitivity": {"seed": setup.search.seed}}.get(name, {})
+        kwargs = {"random": {"seed": setup.search.seed}, "sensitivity": {"seed": setup.search.seed}}.get(name, {})
         scorer = config_scorer if name == config_scorer.name else build_scorer(name, **kwargs)
         dm = setup.datamodule
         dm.train_views = scoring_views(scorer)
+        if dm.train_views == "multicrop":  # the teacher's inputs: the data's global crops (as prune.py hands them over)
+            match_global_views(dm, scorer)
         model = setup.model
         if scorer.requires_labels and not getattr(model, "num_classes", 0):
             model = with_probe_head(setup)  # a backbone without classifier: a linear probe stands in for it

@@ -364,9 +364,8 @@ class PredictionSensitivity(_PredictionTarget, OutputSensitivity):
 class PredictionGaussNewtonGreedy(_PredictionTarget, GaussNewtonGreedy):
     """:class:`GaussNewtonGreedy` whose drift is measured on ``target`` (see :class:`PredictionSensitivity`)."""
 
-    def __init__(self, probes: int = 8, gram: str = "full", min_mlp_keep: float = 0.05, min_head_keep: float = 0.2,
-                 seed: int = 0, target: str = "predictions"):
-        super().__init__(probes=probes, gram=gram, min_mlp_keep=min_mlp_keep, min_head_keep=min_head_keep, seed=seed)
+    def __init__(self, probes: int = 8, gram: str = "full", seed: int = 0, target: str = "predictions"):
+        super().__init__(probes=probes, gram=gram, seed=seed)
         if target not in ("normalized", "raw", "predictions"):
             raise ScoringError(f"gn_greedy: target must be 'normalized', 'raw' or 'predictions', got {target!r}")
         self.target = target

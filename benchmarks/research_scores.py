@@ -207,6 +207,7 @@ def local_scores(variant: Variant, setup, model_name: str, seed: int, cache: Pat
         scorer = research_scorer(variant.scorer, **variant.kwargs)
         if variant.scorer == "random":
             scorer = research_scorer("random", seed=seed)
+        scorer.use_keep_ratios(setup.importance.min_mlp_keep, setup.importance.min_head_keep)  # as ImportanceSettings
         dm = setup.datamodule
         dm.train_views = variant.views or scoring_views(scorer)
         model = setup.model

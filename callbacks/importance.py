@@ -18,6 +18,8 @@ class ImportanceCallback(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: PruningModule, stage: str) -> None:
         if trainer.datamodule is not None:
             pl_module.pipeline.use_datamodule(trainer.datamodule)
+            if hasattr(trainer.datamodule, "shard"):  # un-padded: each image once
+                trainer.datamodule.shard(trainer.global_rank, trainer.world_size)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         pl_module.pipeline.start_importance(trainer.num_training_batches)

@@ -7,6 +7,7 @@ import pytorch_lightning as pl
 
 from snapvit_pl.errors import ConfigError
 from snapvit_pl.lightning.finetune_module import FinetuneModule
+from snapvit_pl.lightning.training import check_finite_weights
 from snapvit_pl.models import save_pruned
 
 
@@ -14,6 +15,7 @@ class SavePrunedCallback(pl.Callback):
     """At the end of ``fit``, writes ``<default_root_dir>/<dirname>`` loadable by ``load_pruned``
     (and therefore by ``prune.py`` and evaluation). Rank 0 only; written atomically.
 
+    Weights that are no longer finite (a diverged training) are not exported: the run ends with an error.
     A run never replaces the model an earlier run exported there: it stops at the start instead
     (before any training), unless ``overwrite``. A run resumed with ``--ckpt_path`` has exported nothing
     yet, so it is not affected.
@@ -46,6 +48,7 @@ class SavePrunedCallback(pl.Callback):
 
             state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
             pl_module.load_state_dict(state, strict=False)
+        check_finite_weights(pl_module.model.state_dict(), f"the model {self._target(trainer)}")
         if trainer.is_global_zero:
             extra = {"trained_from": pl_module.hparams.get("checkpoint"), "best_checkpoint": best or None,
                      "epochs": trainer.current_epoch, "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
-    ("errors",),
+    ("errors", "seeding"),
     ("io", "device", "progress"),
     ("models", "data"),
     ("elastic", "scoring", "correction", "eval"),

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from ..errors import ConfigError
 from ..progress import MODES
+from ..seeding import SEED_RANGE
 from .common import (
     DEFAULT_PRUNE_CONFIG, check_config_files, check_output_dir, help_formatter, quiet_lightning, run_command,
     tensorboard_logger,
@@ -113,19 +114,115 @@ def pruning_strategy(strategy: Any, accelerator: Any, devices: Any, num_nodes: i
     Raises:
         ConfigError: a strategy the pruning run cannot use.
     """
+    from ..lightning.strategy import PruningDDPStrategy
+
+    if isinstance(strategy, PruningDDPStrategy):  # (a config that names it: runs written before 0.1.1)
+        return strategy
     several = processes_per_node(accelerator, devices) > 1 or (num_nodes or 1) > 1
     name = strategy if isinstance(strategy, str) else None
     if name in DDP_STRATEGIES or (name == "auto" and several):
-        start_method = DDP_STRATEGIES.get(name, "popen")
-        return {"class_path": "snapvit_pl.lightning.strategy.PruningDDPStrategy", "init_args": {"start_method": start_method}}
+        return PruningDDPStrategy(start_method=DDP_STRATEGIES.get(name, "popen"))
     if name in ("auto", "single_device") and not several:
         return strategy
-    if not name and isinstance(strategy, dict) and strategy.get("class_path", "").endswith("PruningDDPStrategy"):
-        return strategy
-    shown = name or (strategy.get("class_path") if isinstance(strategy, dict) else type(strategy).__name__)
+    shown = name or type(strategy).__name__
     raise ConfigError(f"--trainer.strategy {shown}: a pruning run trains nothing and shares its work across processes "
                       f"with its own DDP; leave the strategy unset (several devices or nodes choose it) or give one of "
                       f"{', '.join(DDP_STRATEGIES)}")
+
+
+#: The Trainer options a pruning run honours: it uses the Trainer as a launcher (processes, devices, precision,
+#: logging) around one pass over its data, so every other ``--trainer`` option is refused (:func:`check_trainer_options`).
+LAUNCHER_OPTIONS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "plugins", "logger",
+                    "default_root_dir", "enable_progress_bar", "deterministic", "benchmark")
+#: A refused Trainer option -> what to set instead.
+_INSTEAD = {
+    "limit_train_batches": "to score fewer images set --data.init_args.max_samples",
+    "overfit_batches": "to score fewer images set --data.init_args.max_samples",
+    "fast_dev_run": "for a quick run add --config configs/prune/quick.yaml (fewer images, a short search) or --data.init_args.max_samples",
+    "max_steps": "to score fewer images set --data.init_args.max_samples",
+    "max_epochs": "the importance pass is one pass over --data.init_args.max_samples images",
+    "min_epochs": "the importance pass is one pass over --data.init_args.max_samples images",
+    "min_steps": "the importance pass is one pass over --data.init_args.max_samples images",
+    "max_time": "to bound the search's time set --search.max_time",
+    "accumulate_grad_batches": "nothing is optimised, so nothing accumulates",
+    "use_distributed_sampler": "each process reads its own un-padded share of the images",
+}
+
+
+def check_trainer_options(trainer: Any, defaults: Any) -> None:
+    """Refuse every ``--trainer`` option outside :data:`LAUNCHER_OPTIONS` that differs from the pruning run's
+    default, naming the pipeline's own option where one exists; and a device or node count that cannot launch.
+
+    Raises:
+        ConfigError: one line naming the option.
+    """
+    for key in sorted(dict(trainer.items()) if hasattr(trainer, "items") else trainer):
+        top = key.split(".")[0]
+        if top in LAUNCHER_OPTIONS or trainer.get(key) == defaults.get(key):
+            continue
+        instead = _INSTEAD.get(top, "leave it unset")
+        raise ConfigError(f"--trainer.{key} {trainer.get(key)!r}: a pruning run trains nothing and honours only "
+                          f"--trainer.{{{', '.join(LAUNCHER_OPTIONS[:5])}, ...}}; {instead}")
+    devices = trainer.get("devices")
+    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+        devices = int(devices)
+    if isinstance(devices, int) and not isinstance(devices, bool) and (devices == 0 or devices < -1):
+        raise ConfigError(f"--trainer.devices {devices}: give a positive count, -1 or auto (every device), or a list "
+                          "of device indices")
+    nodes = trainer.get("num_nodes") or 1
+    if not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"--trainer.num_nodes {nodes!r}: give a positive number of nodes")
+    if nodes > 1 and not any(key in os.environ for key in CLUSTER_ENVIRONMENT):
+        raise ConfigError(f"--trainer.num_nodes {nodes}: no cluster launcher started this process (torchrun, srun, "
+                          "mpirun); start one process per node with it, or run on one node without --trainer.num_nodes")
+
+
+#: What a cluster launcher (torchrun, SLURM, LSF, MPI) sets in every process it starts.
+CLUSTER_ENVIRONMENT = ("WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE",
+                       "PMI_SIZE")
+#: The environment variable through which the first process hands the run directory it chose to the processes
+#: Lightning starts for the other devices (they run this command line again).
+RUN_DIR_ENV = "SNAPVIT_RUN_DIR"
+
+
+def shared_run_dir(num_nodes: int) -> Path:
+    """The default run directory, ``runs/prune/<timestamp>``: chosen once, by the first process, and handed to the
+    processes it starts; processes started by a cluster launcher cannot agree on one and must be given it.
+
+    Raises:
+        ConfigError: a multi-process launch from outside without ``--out_dir``.
+    """
+    if os.environ.get("LOCAL_RANK", "0") != "0" and RUN_DIR_ENV in os.environ:  # started by the first process
+        return Path(os.environ[RUN_DIR_ENV])
+    if (num_nodes or 1) > 1 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        raise ConfigError("a run of several processes started by a launcher (torchrun, srun, several nodes) needs "
+                          "--out_dir: a directory every process sees, so that they write one run")
+    out_dir = Path("runs") / "prune" / time.strftime("%Y%m%d-%H%M%S")
+    os.environ[RUN_DIR_ENV] = str(out_dir)  # read back by the processes Lightning starts for the other devices
+    return out_dir
+
+
+def check_seed(seed: Any) -> None:
+    """Refuse a ``seed_everything`` outside the 32-bit range NumPy seeds from (``true``: a random one, ``false``:
+    no seeding)."""
+    low, high = SEED_RANGE
+    if not isinstance(seed, bool) and isinstance(seed, int) and not low <= seed <= high:
+        raise ConfigError(f"--seed_everything {seed}: seeds lie in [{low}, {high}] (or true for a random one)")
+
+
+def derive_seeds(config: Any) -> None:
+    """The seed policy (:mod:`snapvit_pl.seeding`): every seed left unset takes ``seed_everything``'s value."""
+    root = config.seed_everything
+    if isinstance(root, bool):
+        return  # false: nothing seeded (the unset seeds keep snapvit_pl.seeding.DEFAULT_SEED)
+    if config.model.seed is None:
+        config.model.seed = root  # random base weights: every later command rebuilds them
+    if config.search.seed is None:
+        config.search.seed = root
+    for group in (config.data, config.get("seg_data"), config.importance.scorer):
+        init_args = getattr(group, "init_args", None) if group is not None else None
+        if init_args is not None and "seed" in init_args and init_args.seed is None:
+            init_args.seed = root
 
 
 def changed_settings(parser: Any, saved_config: Path, given: Any) -> list[str]:
@@ -205,19 +302,21 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
                 "trainer.limit_val_batches": 0, "trainer.devices": 1, "trainer.enable_model_summary": False,
                 "trainer.log_every_n_steps": 1,  # the importance loss of every batch
                 "trainer.enable_progress_bar": False,  # every stage reports through snapvit_pl.progress (--progress)
+                "trainer.use_distributed_sampler": False,  # each rank reads its own un-padded shard (the pipeline's)
             })
 
         def parse_arguments(self, parser, args) -> None:
             if build_only:
                 raise _ParserBuilt(parser)
             super().parse_arguments(parser, args)
+            check_seed(self.config.seed_everything)  # (Lightning seeds before before_instantiate_classes)
 
         def before_instantiate_classes(self) -> None:
             config = self.config
             if config.progress not in MODES:
                 raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {config.progress!r}")
-            if config.model.seed is None and not isinstance(config.seed_everything, bool):
-                config.model.seed = config.seed_everything  # random base weights: every later command rebuilds them
+            check_trainer_options(config.trainer, self.parser.get_defaults().trainer)
+            derive_seeds(config)
             if resume_dir is not None:
                 changed = changed_settings(self.parser, resume_dir / "config.yaml", config)
                 if changed:
@@ -225,18 +324,21 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
                     raise ConfigError(f"--resume keeps the interrupted run's settings, but {shown} would change what "
                                       "it computes; resume without these overrides, or start a new run (another "
                                       "--out_dir) with them")
-            out_dir = Path(config.out_dir or Path("runs") / "prune" / time.strftime("%Y%m%d-%H%M%S"))
+            trainer = config.trainer
+            out_dir = Path(config.out_dir or shared_run_dir(trainer.num_nodes))
             check_run_dir(out_dir, config.overwrite, config.export.scores_file)
             config.out_dir = str(out_dir)
-            config.trainer.default_root_dir = str(out_dir)
-            trainer = config.trainer
-            trainer.strategy = pruning_strategy(trainer.strategy, trainer.accelerator, trainer.devices, trainer.num_nodes)
-            if config.trainer.logger in (None, True):
-                config.trainer.logger = tensorboard_logger(out_dir, default_hp_metric=False)
+            trainer.default_root_dir = str(out_dir)
+            if trainer.logger in (None, True):
+                trainer.logger = tensorboard_logger(out_dir, default_hp_metric=False)
 
         def instantiate_trainer(self, **kwargs):
-            trainer = build_trainer(super().instantiate_trainer, **kwargs)
             c = self.config_init
+            # the strategy resolved for this launch, not written into the run's config: a resume (in any process
+            # count) resolves it again from what the user asked
+            t = c.trainer
+            kwargs["strategy"] = pruning_strategy(t.strategy, t.accelerator, t.devices, t.num_nodes)
+            trainer = build_trainer(super().instantiate_trainer, **kwargs)
             settings = PipelineSettings(**{key: c[key] for key in groups})
             self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=c.progress, seg_data=c.get("seg_data"))
             trainer.callbacks[:0] = [callback() for callback in STAGE_CALLBACKS]  # in the pipeline's stage order
@@ -369,4 +471,9 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         elif run.get("created"):
             shutil.rmtree(run["out_dir"], ignore_errors=True)
 
-    return run_command(body, argv, "python prune.py", cleanup, batch_options=BATCH_OPTIONS)
+    chose_run_dir = RUN_DIR_ENV not in os.environ
+    try:
+        return run_command(body, argv, "python prune.py", cleanup, batch_options=BATCH_OPTIONS)
+    finally:
+        if chose_run_dir:  # the next run in this process chooses its own
+            os.environ.pop(RUN_DIR_ENV, None)

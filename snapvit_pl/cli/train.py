@@ -34,6 +34,16 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
         description = "Fine-tune a pruned ViT (or train a dense one)."
 
     class TrainCLI(LightningCLI):
+        def parse_arguments(self, parser, args) -> None:
+            super().parse_arguments(parser, args)
+            # before LightningCLI reads the checkpoint's settings into the model's (it would build that model)
+            subcommand = self.config.get("subcommand")
+            config = self.config[subcommand] if subcommand else self.config
+            ckpt_path = config.get("ckpt_path")
+            check_ckpt_file(ckpt_path)  # the command line's --ckpt_path and a config's ckpt_path: alike
+            if not pretrain:
+                check_ckpt_model(ckpt_path, config.model)
+
         def add_arguments_to_parser(self, parser) -> None:
             parser.link_arguments("model.model_name", "data.init_args.model_name")
             # bf16 mixed precision when a GPU exists; fp32 on CPU (bf16 autocast is slow there).
@@ -65,16 +75,23 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
     )
 
 
+_LIGHTNING_NAMES = (None, "", "null", "last", "best", "hpc")  # ckpt_path values Lightning resolves itself
+
+
 def check_ckpt_path(argv: list[str]) -> None:
     """Refuse a ``--ckpt_path`` file that is missing, not a file, or not a complete checkpoint (a truncated copy),
     before LightningCLI reads it (``last``, ``best`` and ``hpc`` are Lightning's names, resolved by it)."""
+    value = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--ckpt_path"), None)
+    check_ckpt_file(value or next((a.split("=", 1)[1] for a in argv if a.startswith("--ckpt_path=")), None))
+
+
+def check_ckpt_file(value: Optional[str]) -> None:
+    """:func:`check_ckpt_path` of one value (the command line's or a config's ``ckpt_path``)."""
     import zipfile
 
     from ..errors import CheckpointError
 
-    value = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--ckpt_path"), None)
-    value = value or next((a.split("=", 1)[1] for a in argv if a.startswith("--ckpt_path=")), None)
-    if value in (None, "", "null", "last", "best", "hpc"):
+    if value in _LIGHTNING_NAMES:
         return
     path = Path(value)
     if not path.is_file():
@@ -83,6 +100,31 @@ def check_ckpt_path(argv: list[str]) -> None:
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"--ckpt_path {value} is not a complete checkpoint (truncated or not a Lightning "
                               "checkpoint); give another .ckpt file, or last")
+
+
+def check_ckpt_model(value: Optional[str], model: Any) -> None:
+    """Refuse a ``ckpt_path`` file that is the fine-tune of another model than ``model`` (the parsed ``model``
+    settings: another budget's widths, another base), or that records no architecture, before anything is built:
+    the run would train and export that model's weights as this one's. ``last`` / ``hpc`` are checked by
+    :meth:`FinetuneModule.on_load_checkpoint` when Lightning has found them."""
+    import torch
+
+    from ..errors import CheckpointError
+    from ..lightning.finetune_module import ARCHITECTURE_KEY, check_resumed_architecture, model_architecture
+
+    if value in _LIGHTNING_NAMES:
+        return
+    get = model.get if hasattr(model, "get") else lambda key: getattr(model, key, None)
+    expected = model_architecture(get("checkpoint"), get("model_name"), get("model_kwargs"))
+    if expected is None:  # no model given: FinetuneModule says so
+        return
+    try:
+        checkpoint = torch.load(value, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # what a foreign or damaged file raises varies (pickle, zip, torch errors)
+        raise CheckpointError(f"--ckpt_path {value} cannot be read as a checkpoint ({' '.join(str(err).split())[:160]}"
+                              "); give another .ckpt file, or last") from err
+    recorded = checkpoint.get(ARCHITECTURE_KEY) if isinstance(checkpoint, dict) else None
+    check_resumed_architecture(recorded, expected, value)
 
 
 def refuse_no_training(trainer: Any) -> None:

@@ -23,6 +23,7 @@ from .transforms import (
 )
 from ..device import cpu_cores
 from ..errors import ConfigError, DataError
+from ..seeding import resolve_seed
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +328,7 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         batch_size: PositiveInt = 64,
         num_workers: NonNegativeInt = 0,
         pin_memory: bool = False,
-        seed: int = 0,
+        seed: Optional[int] = None,
         max_samples: Optional[int] = None,
         skip_corrupt: bool = False,
         train_augment: bool = False,
@@ -356,7 +357,8 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         if problems:
             raise ConfigError("data: " + "; ".join(problems))
         self.root, self.download = root, download
-        self.batch_size, self.num_workers, self.pin_memory, self.seed = batch_size, num_workers, pin_memory, seed
+        self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
+        self.seed = resolve_seed(seed)
         self.max_samples, self.skip_corrupt, self.train_augment = max_samples, skip_corrupt, train_augment
         self.train_views = train_views
         self.model_name, self.data_config_overrides = model_name, dict(data_config or {})
@@ -501,10 +503,29 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
             raise DataError("the pruning data set is empty; check data.init_args.root and max_samples")
         return torch.cat(images)
 
+    def shard(self, rank: int, world_size: int) -> None:
+        """Read only this process's share of the training images: every ``world_size``-th, from ``rank`` (no image
+        twice, none left out, whatever the count: summed statistics equal a single process's). Lightning's
+        distributed sampler pads a shard by repeating images, so a run that shards turns it off
+        (``Trainer(use_distributed_sampler=False)``, as ``prune.py`` does).
+
+        Raises:
+            ConfigError: fewer training images than processes.
+        """
+        images = len(self.dataset("train"))
+        if world_size > 1 and images < world_size:
+            raise ConfigError(f"{images} training image(s) for {world_size} processes: every process needs at least "
+                              "one; raise data.init_args.max_samples or lower --trainer.devices")
+        self._shard = (int(rank), int(world_size)) if world_size > 1 else None
+
     def train_dataloader(self) -> DataLoader:
-        if self.train_views != "labeled":
-            return self.unlabeled_dataloader(self.train_views, shuffle=True)
-        return self.labeled_dataloader("train", shuffle=True)
+        dataset = (self.unlabeled_dataset("train", self.train_views) if self.train_views != "labeled"
+                   else self.labeled_dataset("train"))
+        shard = getattr(self, "_shard", None)
+        if shard is not None:  # the crops and probes of an image are seeded by its index: the same in any shard
+            rank, world = shard
+            return self._loader(Subset(dataset, range(rank, len(dataset), world)), shuffle=False)
+        return self._loader(dataset, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
         """Labeled val batches; image-only ones when the module trains on images only (``train_views`` plain or

@@ -60,7 +60,7 @@ class ClassificationDataModule(VisionDataModule):
         batch_size: images per batch.
         num_workers: DataLoader workers (persistent when > 0), at most the CPU cores this process may use.
         pin_memory: DataLoader pin_memory.
-        seed: seed of subsets, splits, shuffling and worker seeds.
+        seed: seed of subsets, splits, shuffling and worker seeds (None: the run's seed_everything; 0 from Python).
         max_samples: per split, a seeded class-balanced subset of this size (None: all).
         skip_corrupt: skip (and list in ``skipped``) unreadable image files instead of failing.
         train_augment: timm's training augmentation on the train split.

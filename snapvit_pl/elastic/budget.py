@@ -302,10 +302,13 @@ def resolve(
         split = "" if head_ratio is None else f" with head_ratio {head_ratio:.3f}"
         asked = budget.describe() + (" (read as a count: a fraction of the dense model is <= 1)"
                                      if metric in ("params", "flops") and target == value else f" ({target:.4g})")
+        rounding = (f" with MLP widths rounded up to multiples of {mlp_multiple} (export.mlp_multiple)"
+                    if mlp_multiple > 1 else "")
         raise PruningSpecError(
             f"{metric} budget {asked} is too low, unreachable{split}: the minimum keep ratios (MLP {min_mlp_keep}, heads "
-            f"{min_head_keep}) leave at least {smallest:.4g} ({smallest / dense:.1%} of dense); raise the budget "
-            f"or lower the keep ratios (importance.min_mlp_keep, importance.min_head_keep)"
+            f"{min_head_keep}){rounding} leave at least {smallest:.4g} ({smallest / dense:.1%} of dense); raise the "
+            f"budget or lower the keep ratios (importance.min_mlp_keep, importance.min_head_keep)"
+            + (" or export.mlp_multiple" if mlp_multiple > 1 else "")
         )
     lo, hi = 0.0, t_end  # invariant: cost(lo) > target >= cost(hi)
     for _ in range(50):

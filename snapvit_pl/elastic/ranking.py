@@ -7,11 +7,7 @@ from typing import Sequence
 import torch
 
 from ..errors import PruningSpecError
-from ..models.units import Subnet, min_kept
-
-#: Share of each block's MLP neurons / heads that is never pruned (the paper's): the defaults everywhere.
-MIN_MLP_KEEP = 0.05
-MIN_HEAD_KEEP = 0.2
+from ..models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, Subnet, min_kept  # noqa: F401 (the keep ratios' defaults)
 
 
 def check_ratio(value: float, name: str) -> float:
@@ -39,7 +35,7 @@ class UnitRanking:
         self.scores = [s.detach().float().cpu() for s in scores]
         self.sizes = [len(s) for s in self.scores]
         self.min_keep_ratio, self.kind = min_keep_ratio, kind
-        protected = [min_kept(n, min_keep_ratio) for n in self.sizes]
+        self.block_protected = protected = [min_kept(n, min_keep_ratio) for n in self.sizes]  # per block
         self.total, self.protected = sum(self.sizes), sum(protected)
         self.block_orders = [torch.argsort(s, descending=True, stable=True) for s in self.scores]
         ranked = []
@@ -53,7 +49,7 @@ class UnitRanking:
 
     def removed(self, ratio: float) -> int:
         """How many units ``ratio`` removes."""
-        return int(math.floor(ratio * self.total + 1e-9))
+        return removed_count(ratio, self.total)
 
     def keep(self, ratio: float) -> list[torch.Tensor]:
         """Per block, the sorted indices of the units kept when ``ratio`` of all units are removed (not to be modified:
@@ -78,18 +74,37 @@ class UnitRanking:
         return list(self._cuts[to_prune])  # the same (read-only) tensors for the same cut
 
     def round_widths(self, keep: list[torch.Tensor], multiple: int) -> list[torch.Tensor]:
-        """Round each block's kept count to the nearest multiple (at least one multiple, at most all units): the
-        best pruned units are added back, or the worst kept ones dropped."""
+        """Round each block's kept count with :func:`rounded_width`: to the nearest multiple, never below the block's
+        protected units (then the next multiple at or above them) nor above its width. The best pruned units are
+        added back, or the worst kept ones dropped (never a protected one)."""
         rounded = []
-        for kept, n, order in zip(keep, self.sizes, self.block_orders):
-            target = min(n, max(multiple, multiple * round(len(kept) / multiple)))
+        for kept, n, order, protected in zip(keep, self.sizes, self.block_orders, self.block_protected):
+            target = rounded_width(len(kept), n, multiple, protected)
             if target >= len(kept):  # add the best pruned units back
                 extra = order[~torch.isin(order, kept)][: target - len(kept)]
                 rounded.append(torch.sort(torch.cat([kept, extra])).values)
-            else:  # drop the worst kept units
+            else:  # drop the worst kept units (the protected ones rank first in ``order``: target >= protected)
                 ranked_kept = order[torch.isin(order, kept)]
                 rounded.append(torch.sort(ranked_kept[:target]).values)
         return rounded
+
+
+def removed_count(ratio: float, total: int) -> int:
+    """How many of ``total`` units a prune ratio removes (rounded down: a ratio never removes more than it says)."""
+    return int(math.floor(ratio * total + 1e-9))
+
+
+def rounded_width(kept: int, width: int, multiple: int, protected: int = 1) -> int:
+    """A block's kept count rounded to ``multiple``: the nearest multiple (half to even), raised to the first multiple
+    at or above ``protected`` (the units the minimum keep ratio never prunes), capped at the full ``width``.
+
+    Example: with ``multiple=8``, a block of 384 neurons cut to its 20 protected ones (``min_mlp_keep`` 0.05) keeps
+    24, not the nearest multiple 16; cut to 30, it keeps 32; a block narrower than the multiple keeps its width.
+    """
+    if multiple <= 1:
+        return min(width, max(kept, protected))
+    floor = multiple * math.ceil(max(1, protected) / multiple)
+    return min(width, max(floor, multiple * round(kept / multiple)))
 
 
 def select_ranked(heads: UnitRanking, neurons: UnitRanking, mlp_ratio: float, head_ratio: float,
@@ -124,7 +139,8 @@ def select_subnet(
         min_mlp_keep: fraction of each block's neurons always kept (:data:`MIN_MLP_KEEP`).
         min_head_keep: fraction of each block's heads always kept (:data:`MIN_HEAD_KEEP`).
         mlp_multiple: round each block's MLP width to a multiple of this (e.g. 8 or 16 for
-            hardware-friendly shapes); 1 disables rounding.
+            hardware-friendly shapes; never below the block's protected neurons, :func:`rounded_width`);
+            1 disables rounding.
 
     Raises:
         PruningSpecError: a ratio outside [0, 1), or one the keep ratios make unreachable.

@@ -41,7 +41,8 @@ class PruningModule(pl.LightningModule):
         model_kwargs: ``timm.create_model`` overrides (``img_size``, ``num_classes``, ...).
         seed: the seed of random weights (``pretrained: false`` without ``checkpoint_path``), recorded with the
             base model so that ``extract``, ``evaluate`` and ``train`` rebuild the same weights; ``prune.py``
-            sets it to the run's ``seed_everything`` unless given.
+            derives it from the run's ``seed_everything`` unless given. Logged as the hyperparameter
+            ``weights_seed`` (the DataModule's ``seed`` is another seed).
     """
 
     def __init__(
@@ -53,7 +54,8 @@ class PruningModule(pl.LightningModule):
         seed: Optional[int] = None,
     ):
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["seed"])
+        self.hparams["weights_seed"] = seed  # its own name: Lightning merges these hparams with the DataModule's
         self.automatic_optimization = False
         self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}),
                                  seed if pretrained is False and checkpoint_path is None else None)

@@ -18,6 +18,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from ..errors import ConfigError
@@ -25,7 +26,8 @@ from ..eval.features import extract_features
 from ..eval.knn import knn_classify
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, load_backbone
-from .training import adamw, open_checkpoint, reseed_for_epoch, seal_checkpoint, warmup_cosine, warmup_cosine_schedule
+from .training import (adamw, check_finite_weights, check_ranges, open_checkpoint, reseed_for_epoch, seal_checkpoint,
+                       stop_if_diverged, warmup_cosine, warmup_cosine_schedule)
 
 
 class ProjectionHead(nn.Module):
@@ -106,6 +108,10 @@ class SelfDistillationModule(pl.LightningModule):
             many labelled train images as memory (0: off; needs a labelled DataModule). A monitor only: the
             exported weights are the last epoch's, whatever it shows.
         knn_val_samples: images of the DataModule's val split the k-NN monitor scores.
+
+    The numbers' ranges are their types' (``PositiveFloat``: > 0, ``ClosedUnitInterval``: in [0, 1], ...), checked
+    by the command line when it parses and by the constructor. A training step whose loss is NaN or infinite stops
+    the run with an error (nothing more is saved, nothing is exported).
     """
 
     def __init__(
@@ -114,29 +120,28 @@ class SelfDistillationModule(pl.LightningModule):
         model_kwargs: Optional[dict[str, Any]] = None,
         pretrained: bool = False,
         checkpoint_path: Optional[str] = None,
-        n_global_views: int = 2,
-        local_size: Optional[int] = None,
-        out_dim: int = 1024,
-        hidden_dim: int = 512,
-        bottleneck_dim: int = 64,
-        student_temp: float = 0.1,
-        teacher_temp: float = 0.07,
-        warmup_teacher_temp: float = 0.04,
-        warmup_teacher_temp_epochs: float = 3.0,
-        center_momentum: float = 0.9,
-        teacher_momentum: float = 0.99,
-        lr: float = 5e-4,
-        min_lr: float = 1e-6,
-        weight_decay: float = 0.04,
-        warmup_epochs: float = 1.0,
-        freeze_last_layer_epochs: float = 1.0,
-        knn_train_samples: int = 5000,
-        knn_val_samples: int = 2000,
+        n_global_views: PositiveInt = 2,
+        local_size: Optional[PositiveInt] = None,
+        out_dim: PositiveInt = 1024,
+        hidden_dim: PositiveInt = 512,
+        bottleneck_dim: PositiveInt = 64,
+        student_temp: PositiveFloat = 0.1,
+        teacher_temp: PositiveFloat = 0.07,
+        warmup_teacher_temp: PositiveFloat = 0.04,
+        warmup_teacher_temp_epochs: NonNegativeFloat = 3.0,
+        center_momentum: ClosedUnitInterval = 0.9,
+        teacher_momentum: ClosedUnitInterval = 0.99,
+        lr: PositiveFloat = 5e-4,
+        min_lr: NonNegativeFloat = 1e-6,
+        weight_decay: NonNegativeFloat = 0.04,
+        warmup_epochs: NonNegativeFloat = 1.0,
+        freeze_last_layer_epochs: NonNegativeFloat = 1.0,
+        knn_train_samples: NonNegativeInt = 5000,
+        knn_val_samples: NonNegativeInt = 2000,
     ):
         super().__init__()
+        check_ranges(SelfDistillationModule, locals())
         self.save_hyperparameters()
-        if n_global_views < 1:
-            raise ConfigError(f"n_global_views must be >= 1 (the teacher's views), got {n_global_views}")
         self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
         # dynamic_img_size: the same weights take the smaller local views (position embeddings resampled); the
         # exported record keeps the spec's own arguments, so the shipped model is a plain fixed-size ViT.
@@ -170,6 +175,7 @@ class SelfDistillationModule(pl.LightningModule):
         reseed_for_epoch(self.current_epoch, self.global_rank)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_finite_weights(checkpoint["state_dict"], "the checkpoint")
         seal_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -195,6 +201,7 @@ class SelfDistillationModule(pl.LightningModule):
         teacher_temp = self._teacher_temp()
         loss = self_distillation_loss(student, teacher, self.center, n_views, n_global, self.hparams.student_temp,
                                       teacher_temp)
+        stop_if_diverged(self, loss, f"--model.lr (now {self.hparams.lr:g})")
         self._update_center(teacher)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False)
         self.log("train/teacher_temp", teacher_temp, on_step=True, on_epoch=False)

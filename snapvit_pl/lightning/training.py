@@ -1,18 +1,45 @@
 """What every training module of the project shares: AdamW (no decay on biases and norms), linear warm-up then
 cosine decay stepped every batch, RNGs reseeded per epoch (so a resumed run draws what an uninterrupted one
-does), and checkpoints that carry their RNG states and a checksum."""
+does), checkpoints that carry their RNG states and a checksum, the ranges of the modules' numeric arguments, and
+the stop of a run whose loss or weights are no longer finite."""
 from __future__ import annotations
 
 import math
 import os
 import random
-from typing import Any, Iterable
+import typing
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
+from jsonargparse.typing import restricted_number_type
 from torch import nn
 
 from ..data.base import epoch_seed
+from ..errors import ConfigError
+
+#: A float in [0, 1) (label smoothing); the other ranges are jsonargparse's (``PositiveFloat``,
+#: ``ClosedUnitInterval``, ...).
+HalfOpenUnitInterval = restricted_number_type("HalfOpenUnitInterval", float, [(">=", 0.0), ("<", 1.0)],
+                                              docstring="A float in the interval [0, 1).")
+
+
+def check_ranges(module_class: type, arguments: Mapping[str, Any]) -> None:
+    """Check ``arguments`` (an ``__init__``'s locals) against the constrained types of ``module_class.__init__``'s
+    annotations (``jsonargparse.typing``: what the command line checks when it parses), for a module built from
+    Python; one :class:`ConfigError` naming the first argument out of its range."""
+    hints = typing.get_type_hints(module_class.__init__)
+    for name, hint in hints.items():
+        value = arguments.get(name)
+        if value is None:
+            continue
+        for kind in typing.get_args(hint) or (hint,):  # Optional[PositiveInt]: PositiveInt
+            if isinstance(kind, type) and issubclass(kind, (int, float)) and kind not in (int, float, bool):
+                try:
+                    kind(value)
+                except (TypeError, ValueError) as err:
+                    raise ConfigError(f"model.{name} must be a {kind.__name__}: {err}") from None
 
 
 def adamw(modules: Iterable[nn.Module], lr: float, weight_decay: float) -> torch.optim.AdamW:
@@ -91,3 +118,47 @@ def open_checkpoint(checkpoint: dict[str, Any]) -> None:
         np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
         if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def stop_if_diverged(module: Any, loss: torch.Tensor, settings: str, name: str = "train/loss") -> None:
+    """``training_step`` of the project's training modules: stop the run, before the step updates anything, when
+    its loss is NaN or infinite (a learning rate too high, a temperature too low): every later step, checkpoint
+    and exported model would be garbage. The run's checkpoints written before it are kept; nothing more is saved
+    (no checkpoint callback saves on an error) and nothing is exported. All ranks stop together. ``settings``:
+    the settings to lower, as the error names them (e.g. ``--model.lr (now 0.1)``); ``name``: the loss's (a
+    ``validation_step`` of ``fit`` calls it with ``val/loss``: weights still finite may already compute NaN)."""
+    diverged = not bool(torch.isfinite(loss.detach()).all())
+    trainer = getattr(module, "_trainer", None)
+    if getattr(trainer, "world_size", 1) > 1:
+        diverged = trainer.strategy.reduce_boolean_decision(diverged, all=False)
+    if not diverged:
+        return
+    where = (f" at epoch {trainer.current_epoch}, step {trainer.global_step}" if hasattr(trainer, "global_step")
+             else "")
+    value = loss.detach().float()
+    raise ConfigError(f"training diverged: {name} is {value.item() if value.numel() == 1 else 'not finite'}"
+                      f"{where}; the run stopped and exported no model. {_last_finite_state(trainer)}; lower "
+                      f"{settings} and start the run again")
+
+
+def _last_finite_state(trainer: Any) -> str:
+    """Where the state saved before a divergence is, for its error."""
+    paths = [getattr(c, attr, "") for c in getattr(trainer, "checkpoint_callbacks", [])
+             for attr in ("last_model_path", "best_model_path")]
+    paths.append(getattr(trainer, "ckpt_path", None) or "")  # the checkpoint this run resumed from
+    path = next((p for p in paths if p and Path(p).is_file()), None)
+    if path is None:
+        return "No checkpoint was saved before it"
+    return (f"The last checkpoint saved before it, {path}, is kept (--ckpt_path {path} continues from it, with the "
+            "settings it was saved with)")
+
+
+def check_finite_weights(state_dict: Mapping[str, torch.Tensor], what: str) -> None:
+    """Refuse to save ``state_dict`` (a checkpoint's, a model's to export) when a weight is NaN or infinite (the last
+    optimiser step diverged): one :class:`ConfigError` naming ``what`` was not written."""
+    bad = [name for name, tensor in state_dict.items()
+           if torch.is_tensor(tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise ConfigError(f"training diverged: the weights hold NaN or infinite values ({', '.join(bad[:3])}"
+                          f"{' ...' if len(bad) > 3 else ''}), so {what} was not written; lower the learning rate "
+                          "(--model.lr) and start the run again")

@@ -249,6 +249,13 @@ def iter_slots(group: UnitGroup) -> Iterator[tuple[Slot, torch.Tensor]]:
         yield slot, _tensor(group.module, slot.path)
 
 
+#: Share of each block's MLP neurons / heads that is never pruned (the paper's): the defaults everywhere
+#: (``importance.min_mlp_keep`` / ``min_head_keep``, the ranking, the budgets, the scorers that need them). Defined
+#: here, below every layer that uses them (re-exported by :mod:`snapvit_pl.elastic`).
+MIN_MLP_KEEP = 0.05
+MIN_HEAD_KEEP = 0.2
+
+
 def min_kept(num_units: int, min_keep_ratio: float) -> int:
     """Units of a block that are never pruned: ceil(ratio * n), at least 1."""
     return max(1, math.ceil(min_keep_ratio * num_units - 1e-9))

@@ -8,6 +8,7 @@ benchmarks all go through :func:`extract_models`.
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -17,6 +18,7 @@ from torch import nn
 
 from ..correction import CorrectionSettings, compensate_bias_and_prune, correct_and_prune
 from ..elastic.budget import Budget, CostModel, check_unique_labels
+from ..elastic.ranking import removed_count
 from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
 from ..eval.suite import EvalData, EvaluationSettings, evaluate_model
@@ -29,6 +31,7 @@ from ..models.units import prunable_blocks
 from .settings import ImportanceSettings
 from .state import ExtractedModel, Timings
 
+log = logging.getLogger(__name__)
 
 #: Printed (and written into the report) when a run's models are not corrected.
 CORRECTION_HINT = ("the pruned models are not corrected: --correction.enabled true corrects each one (seconds per model "
@@ -102,6 +105,36 @@ def check_budgets(model: nn.Module, budgets: Sequence[Budget], importance: Impor
             placeholder.subnet(budget, cost, mlp_multiple)
 
 
+def removed_share(kept: Sequence[int], dense: Sequence[int]) -> float:
+    """Share of the dense model's units (heads or MLP neurons, over all blocks) a model's widths ``kept`` remove."""
+    return 1.0 - sum(kept) / sum(dense)
+
+
+def resolved_model(budget: Budget, scores: ElasticScores, cost: CostModel, mlp_multiple: Optional[int] = None
+                   ) -> ExtractedModel:
+    """The model of ``budget`` before it is cut: its sub-network, size and ratios, the ratios counted from its widths
+    (what the report shows) next to the ones the budget resolved to (``requested_*``).
+
+    When ``mlp_multiple`` rounds the MLP widths away from what the requested ratio keeps, the model records by how
+    many neurons (``rounding``: ``extra_neurons`` > 0 kept beyond the request, < 0 removed beyond it); a ratio budget
+    that then removes fewer neurons than it asks also logs a warning. A cost budget is met with the rounding counted
+    in (its bisection measures the rounded widths).
+    """
+    subnet, mlp_ratio, head_ratio = scores.subnet(budget, cost, mlp_multiple)
+    multiple = scores.mlp_multiple if mlp_multiple is None else mlp_multiple
+    total = sum(cost.num_neurons)
+    extra = sum(subnet.neuron_counts) - (total - removed_count(mlp_ratio, total))
+    rounding = {"mlp_multiple": multiple, "extra_neurons": extra} if extra != 0 else None
+    item = ExtractedModel(budget.label(), budget, subnet, removed_share(subnet.neuron_counts, cost.num_neurons),
+                          removed_share(subnet.head_counts, cost.num_heads), cost.params(subnet), cost.flops(subnet),
+                          requested_mlp_ratio=mlp_ratio, requested_head_ratio=head_ratio, rounding=rounding)
+    if extra > 0 and not budget.is_cost:
+        log.warning("budget %s: export.mlp_multiple %d keeps %d MLP neuron(s) more than mlp_ratio %.4g asks (widths "
+                    "rounded to multiples, never below the protected neurons): %.4f of the MLP neurons removed, not "
+                    "%.4f", budget.describe(), multiple, extra, mlp_ratio, item.mlp_ratio, mlp_ratio)
+    return item
+
+
 def refuse_existing(save_dir: str | Path, labels: Sequence[str]) -> None:
     """Raise ``ConfigError`` when ``save_dir`` already holds a model of one of ``labels``."""
     existing = [label for label in labels if (Path(save_dir) / label).exists()]
@@ -156,11 +189,7 @@ def extract_models(
         spec = BackboneSpec.from_dict(scores.base)
     timings = timings if timings is not None else Timings()
     cost = cost or CostModel(base)
-    items = []
-    for budget in budgets:  # every budget resolved before anything is cut or written
-        subnet, mlp_ratio, head_ratio = scores.subnet(budget, cost, mlp_multiple)
-        items.append(ExtractedModel(budget.label(), budget, subnet, mlp_ratio, head_ratio, cost.params(subnet),
-                                    cost.flops(subnet)))
+    items = [resolved_model(budget, scores, cost, mlp_multiple) for budget in budgets]  # all before any cut or write
     if save_dir is not None and not overwrite:
         refuse_existing(save_dir, [item.label for item in items])
     extracted = []

@@ -23,13 +23,69 @@ def scoring_views(scorer: Scorer) -> DataViews:
     return "labeled" if scorer.requires_labels else "multicrop"
 
 
+#: The DataModule's ``train_views`` when not set (``VisionDataModule``'s default): left to the pruning run.
+DEFAULT_TRAIN_VIEWS = "labeled"
+#: What each kind of views is, for messages.
+VIEWS_SHOWN = {"multicrop": "multi-crop views [B, V, C, H, W]", "labeled": "labeled (images, labels) batches",
+               "plain": "plain images [B, C, H, W]"}
+
+
+def check_train_views(datamodule: Any, scorer: Scorer) -> DataViews:
+    """The views ``scorer`` needs; refuses a DataModule whose ``train_views`` asks for others (the pruning run sets them
+    itself, so the option would do nothing).
+
+    Raises:
+        ConfigError: ``train_views`` neither its default (``labeled``) nor the scorer's views.
+    """
+    needed = scoring_views(scorer)
+    given = getattr(datamodule, "train_views", DEFAULT_TRAIN_VIEWS)
+    if given not in (DEFAULT_TRAIN_VIEWS, needed):
+        raise ConfigError(
+            f"data.init_args.train_views {given} has no effect in a pruning run: it feeds each scorer the views it "
+            f"needs, and the {scorer.name} scorer needs {needed} ({VIEWS_SHOWN.get(needed, needed)}); leave "
+            f"data.init_args.train_views unset (or set it to {needed})")
+    return needed
+
+
+def match_global_views(datamodule: Any, scorer: Scorer) -> None:
+    """Hand a multi-crop scorer the DataModule's global crops per sample (``data.init_args.n_global_views``: its
+    teacher's inputs); refuse a scorer ``n_global`` that differs, and views a self-distillation loss cannot use.
+
+    A DataModule-like object without ``multicrop_args`` makes its own views: nothing is handed over.
+
+    Raises:
+        ConfigError: naming both options.
+    """
+    multicrop = getattr(datamodule, "multicrop_args", None)
+    if multicrop is None:
+        return
+    data_global, data_local = int(multicrop["n_global"]), int(multicrop.get("n_local", 0))
+    own = getattr(scorer, "n_global", None)
+    if own is not None and int(own) != data_global:
+        raise ConfigError(
+            f"importance.scorer.init_args.n_global {own} differs from data.init_args.n_global_views {data_global}: the "
+            f"{scorer.name} scorer's teacher takes the global crops the data makes; leave n_global unset (it follows "
+            "data.init_args.n_global_views) or give both the same value")
+    if data_global < 1 or data_global + data_local < 2:
+        raise ConfigError(
+            f"the {scorer.name} scorer compares a teacher's global crops with every view of a sample: it needs "
+            f"data.init_args.n_global_views >= 1 and at least 2 views in all, got n_global_views {data_global} and "
+            f"n_local_views {data_local}")
+    scorer.use_global_views(data_global)
+
+
 def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> None:
-    """Set a DataModule up for the importance pass: the model's input format and the views ``scorer`` needs.
+    """Set a DataModule up for the importance pass: the model's input format and the views ``scorer`` needs (for a
+    multi-crop scorer, the data's global crops per sample are handed to it: :func:`match_global_views`).
 
     Raises:
         DataError: the pruning data set is empty.
-        ConfigError: its batch size exceeds the number of images.
+        ConfigError: its batch size exceeds the number of images; ``data.init_args.train_views`` asks for views
+            other than the scorer's; the scorer's ``n_global`` differs from ``data.init_args.n_global_views``.
     """
+    views = check_train_views(datamodule, scorer)
+    if views == "multicrop":
+        match_global_views(datamodule, scorer)
     datamodule.configure_for_model(model)
     images = len(datamodule.dataset("train"))
     if images == 0:
@@ -40,7 +96,7 @@ def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> N
                 f" (the data holds only {images} images: max_samples cannot give more)")
         raise ConfigError(f"data.batch_size {datamodule.batch_size} is larger than the {images} pruning images; "
                           f"lower data.init_args.batch_size{more}")
-    datamodule.train_views = scoring_views(scorer)
+    datamodule.train_views = views
 
 
 def local_importance(

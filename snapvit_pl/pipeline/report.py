@@ -109,10 +109,15 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
     if report.get("splits"):
         requested = [c for c in report["splits"] if c["requested"]]
         grid = len(report["splits"]) - len(requested)
-        lines.append("- head/MLP splits chosen by the fitness: " + ", ".join(
-            f"{c['label']} head ratio {c['head_ratio']:.2f} (schedule {c['schedule_head_ratio']:.2f})"
-            for c in requested) + (f"; {grid} more on a grid of kept parameter and FLOPs fractions (later budgets "
-                                   "interpolate between them)" if grid else ""))
+        removed = {e["label"]: e["head_ratio"] for e in report["pruned"]}  # what the saved model's widths remove
+
+        def split(c: dict[str, Any]) -> str:
+            cut = f" -> {removed[c['label']]:.2f} removed" if c["label"] in removed else ""
+            return f"{c['label']} head ratio {c['head_ratio']:.2f} (schedule {c['schedule_head_ratio']:.2f}){cut}"
+
+        lines.append("- head/MLP splits chosen by the fitness: " + ", ".join(map(split, requested)) + (
+            f"; {grid} more on a grid of kept parameter and FLOPs fractions (later budgets interpolate between them)"
+            if grid else ""))
     lines += ["", CAPTION[0].upper() + CAPTION[1:] + ".", "",
               "| " + " | ".join(columns(report)) + " |", "|" + "---|" * len(columns(report))]
     lines += ["| " + " | ".join(row) + " |" for row in rows(report)]

@@ -37,6 +37,9 @@ class ImportanceSettings:
             allocation) or ``standardized`` (per-block z-scores: FLAP's); see ``LocalScores.allocated``.
         min_mlp_keep: share of each block's MLP neurons never pruned.
         min_head_keep: share of each block's heads never pruned.
+
+    Both keep ratios are handed to the scorer too (:meth:`snapvit_pl.scoring.Scorer.use_keep_ratios`: the
+    ``gn_greedy`` order needs them), so that they have one source.
     """
 
     scorer: Optional[Scorer] = None
@@ -52,6 +55,7 @@ class ImportanceSettings:
         for name in ("min_mlp_keep", "min_head_keep"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"importance.{name} must lie in [0, 1], got {getattr(self, name)}")
+        self.scorer.use_keep_ratios(self.min_mlp_keep, self.min_head_keep)  # one source (gn_greedy's order needs them)
 
     def scorer_record(self) -> dict[str, Any]:
         """The scorer's name and constructor arguments, for the record."""

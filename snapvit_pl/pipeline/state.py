@@ -68,7 +68,8 @@ class ExtractedModel:
         label: short name, e.g. ``mlp0.35_head0.20`` or ``flops0.5`` (its directory under ``models/``).
         budget: the budget asked for.
         subnet: kept heads / neurons per block (indices into the base model).
-        mlp_ratio, head_ratio: the prune ratios the budget resolved to.
+        mlp_ratio, head_ratio: share of the base model's MLP neurons / heads removed in this model (counted from its
+            widths against the dense widths: what the report's tables show).
         params, flops: exact size of the pruned model (one image).
         model: the pruned module while it is post-processed (released after export).
         metrics: evaluation results, when evaluated.
@@ -76,6 +77,11 @@ class ExtractedModel:
         checkpoint: path of the saved checkpoint relative to the run directory, when saved.
         latency_ms, predicted_latency_ms: measured and table-predicted milliseconds per batch, when a latency
             table was used (a latency budget).
+        requested_mlp_ratio, requested_head_ratio: the prune ratios the budget resolved to, as asked of the ranking
+            (before whole units and the MLP width rounding: a model removes at most this share of heads).
+        rounding: what ``export.mlp_multiple`` changed, when the rounded MLP widths differ from what the requested
+            ratio keeps: ``{"mlp_multiple": 8, "extra_neurons": 12}`` (neurons kept beyond the request; negative:
+            removed beyond it).
     """
 
     label: str
@@ -91,16 +97,21 @@ class ExtractedModel:
     checkpoint: Optional[str] = None
     latency_ms: Optional[float] = None
     predicted_latency_ms: Optional[float] = None
+    requested_mlp_ratio: Optional[float] = None
+    requested_head_ratio: Optional[float] = None
+    rounding: Optional[dict[str, Any]] = None
 
     def record(self) -> dict[str, Any]:
         """JSON-ready description (the report's ``pruned`` entries, the checkpoint's ``extra``)."""
         entry: dict[str, Any] = {
             "label": self.label, "budget": self.budget.to_dict(), "mlp_ratio": round(self.mlp_ratio, 6),
-            "head_ratio": round(self.head_ratio, 6), "params": self.params, "flops": self.flops,
-            "macs": macs(self.flops),
+            "head_ratio": round(self.head_ratio, 6),
+            **{key: round(value, 6) for key in ("requested_mlp_ratio", "requested_head_ratio")
+               if (value := getattr(self, key)) is not None},
+            "params": self.params, "flops": self.flops, "macs": macs(self.flops),
             "heads": self.subnet.head_counts, "mlp_hidden": self.subnet.neuron_counts,
         }
-        for key in ("metrics", "correction", "checkpoint", "latency_ms", "predicted_latency_ms"):
+        for key in ("rounding", "metrics", "correction", "checkpoint", "latency_ms", "predicted_latency_ms"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)
         return entry

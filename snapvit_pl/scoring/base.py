@@ -164,6 +164,16 @@ class Scorer(ABC):
         """Accumulate one batch; returns metrics to log (e.g. ``{"loss": ...}``)."""
         return {}
 
+    def use_keep_ratios(self, min_mlp_keep: float, min_head_keep: float) -> None:
+        """The run's minimum keep ratios (``importance.min_mlp_keep`` / ``min_head_keep``), handed over by
+        :class:`snapvit_pl.pipeline.ImportanceSettings`: ignored, except by a scorer whose order depends on them
+        (:class:`snapvit_pl.scoring.GaussNewtonGreedy`)."""
+
+    def use_global_views(self, n_global: int) -> None:
+        """The global crops per multi-crop sample the data makes (``data.init_args.n_global_views``), handed over by
+        :func:`snapvit_pl.pipeline.prepare_pruning_data` to a scorer that takes multi-crop views: ignored, except by
+        the self-distillation scorers (their teacher's inputs)."""
+
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
         """Sum the accumulators over processes (call once, on every process, before ``compute``)."""
 
@@ -183,11 +193,18 @@ class Scorer(ABC):
         params = inspect.signature(type(self).__init__).parameters.values()
         return {p.name: getattr(self, p.name) for p in params if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD}
 
+    #: attributes the run hands over after construction (:meth:`use_keep_ratios`, :meth:`use_global_views`): pickled
+    #: with the configuration, so that a copy (a spawned DDP process) keeps them
+    _handed_over: tuple[str, ...] = ()
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config()}
+        handed = {key: vars(self)[key] for key in self._handed_over if key in vars(self)}
+        return {"config": self.config(), **({"handed_over": handed} if handed else {})}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state["config"])
+        for key, value in state.get("handed_over", {}).items():
+            setattr(self, key, value)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items())})"

@@ -202,13 +202,36 @@ class GradientScorer(SummedStatistics):
 
     # -- resume --------------------------------------------------------------------------------
 class _SelfDistillation:
-    """DINO-style loss between the model (student, all views) and a frozen teacher (global views)."""
+    """DINO-style loss between the model (student, all views) and a frozen teacher (global views).
 
-    n_global: int
+    The teacher's inputs are the first :attr:`global_views` views of each sample: ``n_global`` when given, else the
+    data's global crops (``data.init_args.n_global_views``: :func:`snapvit_pl.pipeline.prepare_pruning_data` hands
+    them over and refuses an ``n_global`` that differs), else :data:`snapvit_pl.data.transforms.N_GLOBAL_VIEWS`.
+    """
+
+    n_global: Optional[int]
+    _data_global_views: Optional[int] = None
+    _handed_over = ("_data_global_views",)
 
     def _check_n_global(self) -> None:
-        if int(self.n_global) < 1:
+        if self.n_global is not None and int(self.n_global) < 1:
             raise ScoringError(f"n_global must be >= 1, got {self.n_global}")
+
+    def use_global_views(self, n_global: int) -> None:
+        if int(n_global) < 1:
+            raise ScoringError(f"{self.name}: the teacher needs at least one global view per sample, got {n_global}")
+        self._data_global_views = int(n_global)
+
+    @property
+    def global_views(self) -> int:
+        """The leading views of each multi-crop sample the teacher sees (see the class docstring)."""
+        if self.n_global is not None:
+            return int(self.n_global)
+        if self._data_global_views is not None:
+            return self._data_global_views
+        from ..data.transforms import N_GLOBAL_VIEWS  # (below this layer; imported when first needed)
+
+        return N_GLOBAL_VIEWS
 
     def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
         super().setup(model, teacher)
@@ -227,27 +250,29 @@ class _SelfDistillation:
                 "use the multi-crop view transform (unlabeled_dataloader(views='multicrop'))"
             )
         B, V = images.shape[:2]
-        if V < self.n_global:
-            raise DataError(f"{self.name}: batch has {V} views but n_global={self.n_global} global views are expected")
+        G = self.global_views
+        if V < G:
+            raise DataError(f"{self.name}: batch has {V} views but n_global={G} global views are expected")
         teacher_device = next(self.teacher.parameters()).device
         with torch.no_grad(), eval_mode(self.teacher):
-            target = embed(self.teacher, images[:, : self.n_global].flatten(0, 1).to(teacher_device))
+            target = embed(self.teacher, images[:, :G].flatten(0, 1).to(teacher_device))
         student = embed(self.model, images.flatten(0, 1)).view(B, V, -1)
-        return self_distillation_loss(student, target.to(student.device).view(B, self.n_global, -1)), B
+        return self_distillation_loss(student, target.to(student.device).view(B, G, -1)), B
 
 
 class SSLFisher(_SelfDistillation, GradientScorer):
     """SnapViT's local term: Fisher of the label-free self-distillation loss (the default scorer).
 
     Args:
-        n_global: leading views of each multi-crop sample that are global crops (teacher inputs).
+        n_global: leading views of each multi-crop sample that are global crops (teacher inputs); None (default):
+            the DataModule's ``n_global_views``, handed over by the pipeline (2, the data's default, when used alone).
         reduction: ``"squared_sum"`` (default, reference implementation, batching- and
             DDP-invariant) or ``"fisher"`` (paper formula); see the module docstring.
     """
 
     name = "ssl_fisher"
 
-    def __init__(self, n_global: int = 2, reduction: Reduction = "squared_sum"):
+    def __init__(self, n_global: Optional[int] = None, reduction: Reduction = "squared_sum"):
         self.n_global = n_global
         self.reduction = _check_reduction(reduction)
         self._check_n_global()
@@ -310,7 +335,7 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
     name = "snip_magnitude"
     reduction = "snip"
 
-    def __init__(self, n_global: int = 2, alpha: float = 0.001):
+    def __init__(self, n_global: Optional[int] = None, alpha: float = 0.001):
         self.n_global = n_global
         self.alpha = alpha
         self._check_n_global()

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from ..errors import CheckpointError, DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
-from ..models.units import UnitGroup
+from ..models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, UnitGroup
 from .activation import output_layer
 from .base import LocalScores, Scorer, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model
 from .gradient import _SelfDistillation, self_distillation_loss
@@ -243,12 +243,12 @@ class SSLMaskFisher(_SelfDistillation, MaskGradientScorer):
     through the masked student, its global views through the frozen dense teacher).
 
     Args:
-        n_global: leading views of each multi-crop sample that are global crops (teacher inputs).
+        n_global: as for :class:`SSLFisher` (None, default: the DataModule's ``n_global_views``).
     """
 
     name = "ssl_mask_fisher"
 
-    def __init__(self, n_global: int = 2):
+    def __init__(self, n_global: Optional[int] = None):
         self.n_global = n_global
         self._check_n_global()
 
@@ -258,13 +258,14 @@ class SSLMaskFisher(_SelfDistillation, MaskGradientScorer):
             self.teacher.to(self._device)
 
     def _squared_gradients(self, images: Tensor, labels: Optional[Tensor]):
-        if images.dim() != 5 or images.shape[1] < max(2, self.n_global):
+        G = self.global_views
+        if images.dim() != 5 or images.shape[1] < max(2, G):
             raise DataError(f"{self.name} needs multi-crop batches [B, V, C, H, W] with V >= 2 views, got "
                             f"{tuple(images.shape)}")
         B, V = images.shape[:2]
         masks = self._masks(B)
         with torch.no_grad(), eval_mode(self.teacher):
-            target = embed(self.teacher, images[:, : self.n_global].flatten(0, 1)).view(B, self.n_global, -1)
+            target = embed(self.teacher, images[:, :G].flatten(0, 1)).view(B, G, -1)
         with torch.inference_mode(False), torch.enable_grad(), unit_masks(self._groups, masks, repeat=V):
             student = embed(self.model, images.flatten(0, 1)).view(B, V, -1)
             loss = self_distillation_loss(student, target) * B  # the sum of the per-sample losses
@@ -296,29 +297,34 @@ class GaussNewtonGreedy(OutputSensitivity):
     ViT, 1.4G for ViT-B/16, so use a GPU with room); ``"block"`` only each block's own heads-and-neurons
     Gram (cross-block terms dropped; ViT-B/16: 12 x 3084^2 = 114M entries).
 
+    The share of each block the greedy never removes is the importance settings' (``importance.min_mlp_keep`` /
+    ``min_head_keep``, which :class:`snapvit_pl.pipeline.ImportanceSettings` hands over through
+    :meth:`use_keep_ratios`); a scorer used alone protects :data:`snapvit_pl.models.units.MIN_MLP_KEEP` /
+    ``MIN_HEAD_KEEP``, as the ranking does by default.
+
     Args:
         probes: random Gaussian probes per sample (0: exact, one backward pass per embedding dimension).
         gram: ``"full"`` or ``"block"``.
-        min_mlp_keep, min_head_keep: share of each block's neurons / heads the greedy never removes (use the
-            importance settings' values).
         seed: seed of the probes (mixed with each sample's pixels).
     """
 
     name = "gn_greedy"
+    min_mlp_keep: float = MIN_MLP_KEEP
+    min_head_keep: float = MIN_HEAD_KEEP
+    _handed_over = ("min_mlp_keep", "min_head_keep")
 
-    def __init__(self, probes: int = 8, gram: Gram = "full", min_mlp_keep: float = 0.05, min_head_keep: float = 0.2,
-                 seed: int = 0):
+    def __init__(self, probes: int = 8, gram: Gram = "full", seed: int = 0):
         super().__init__(probes=probes, seed=seed)
         if gram not in ("full", "block"):
             raise ScoringError(f"gn_greedy: gram must be 'full' or 'block', got {gram!r}")
+        self.gram = gram
+
+    def use_keep_ratios(self, min_mlp_keep: float, min_head_keep: float) -> None:
+        """Never remove more of a block than these minimum keep ratios allow (the importance settings')."""
         for name, value in (("min_mlp_keep", min_mlp_keep), ("min_head_keep", min_head_keep)):
             if not 0.0 <= value <= 1.0:
                 raise ScoringError(f"gn_greedy: {name} must lie in [0, 1], got {value}")
-        self.gram, self.min_mlp_keep, self.min_head_keep = gram, min_mlp_keep, min_head_keep
-
-    def config(self) -> dict[str, Any]:
-        return {"probes": self.probes, "gram": self.gram, "min_mlp_keep": self.min_mlp_keep,
-                "min_head_keep": self.min_head_keep, "seed": self.seed}
+        self.min_mlp_keep, self.min_head_keep = float(min_mlp_keep), float(min_head_keep)
 
     def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
         Scorer.setup(self, model, teacher)

@@ -54,14 +54,14 @@ class Taylor(_SelfDistillation, SummedStatistics):
     sharding (float rounding aside).
 
     Args:
-        n_global: leading views of each multi-crop sample that are global crops (teacher inputs).
+        n_global: as for :class:`snapvit_pl.scoring.SSLFisher` (None, default: the DataModule's ``n_global_views``).
         normalizer: ``"none"`` (default) or ``"mean"`` (Torch-Pruning's default normaliser: each
             block's heads, and each block's neurons, divided by their mean).
     """
 
     name = "taylor"
 
-    def __init__(self, n_global: int = 2, normalizer: Normalizer = "none"):
+    def __init__(self, n_global: Optional[int] = None, normalizer: Normalizer = "none"):
         self.n_global = n_global
         if normalizer not in ("none", "mean"):
             raise ScoringError(f"taylor: normalizer must be 'none' or 'mean', got {normalizer!r}")

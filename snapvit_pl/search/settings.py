@@ -8,6 +8,7 @@ from typing import Any, Literal, Optional
 import torch
 
 from ..errors import ConfigError
+from ..seeding import resolve_seed
 from .base import EvolutionStrategy
 from .snes import SNES
 from .xnes import XNES
@@ -46,7 +47,8 @@ class SearchSettings:
         sigma: initial step size (on the log coefficients with ``parametrization: log``).
         parametrization: ``log`` searches log |coefficient| (multiplicative steps), ``linear`` the
             coefficient itself (the paper; the unit score uses its absolute value).
-        seed: seed of the search (identical on every DDP rank).
+        seed: seed of the search (identical on every DDP rank); None: ``prune.py``'s ``seed_everything`` (0 from
+            Python).
         num_images: images of the fitness set (plain views of the pruning data); also judge the splits.
         batch_size: forward batch size of the fitness.
         pca_components: PCA dimension of the embeddings (at most ``num_images``).
@@ -60,7 +62,7 @@ class SearchSettings:
     popsize: Optional[int] = 8
     sigma: float = 0.5
     parametrization: Literal["log", "linear"] = "log"
-    seed: int = 0
+    seed: Optional[int] = None
     num_images: int = 1000
     batch_size: int = 64
     pca_components: int = 192
@@ -68,6 +70,7 @@ class SearchSettings:
     initial_range: tuple[float, float] = (1.0, 1.0)
 
     def __post_init__(self) -> None:
+        self.seed = resolve_seed(self.seed)
         problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in
                     (("max_evaluations", 0), ("num_images", 1), ("batch_size", 1), ("pca_components", 1))
                     if getattr(self, name) < low]

@@ -146,3 +146,108 @@ def test_the_headless_recipe_distils_a_pruned_backbone_without_labels_and_its_lo
     assert len(losses) == 24 and sum(losses[-4:]) < 0.7 * sum(losses[:4]), losses
     model, record = load_pruned(out / "model")
     assert record["heads"] == [2, 2] and model.num_classes == 0 and "val/loss" in record["extra"]["metrics"]
+
+
+FINETUNE = str(ROOT / "configs" / "train" / "finetune_pruned.yaml")
+
+
+def _pruned_pair(tmp_path):
+    """Two pruned checkpoints of one tiny base with other widths (two budgets): ``tmp_path/a``, ``tmp_path/b``."""
+    spec = BackboneSpec("vit_tiny_patch16_224", False, None, {
+        "img_size": 28, "patch_size": 4, "in_chans": 1, "embed_dim": 32, "depth": 2, "num_heads": 4, "num_classes": 10})
+    dense = load_backbone(spec)
+    for seed, name in ((0, "a"), (1, "b")):
+        subnet = random_subnet(dense, seed)
+        save_pruned(prune_(load_backbone(spec), subnet), tmp_path / name, spec, subnet)
+    assert load_pruned(tmp_path / "a")[1]["heads"] != load_pruned(tmp_path / "b")[1]["heads"]
+    return tmp_path / "a", tmp_path / "b"
+
+
+def _finetune(checkpoint, run, *extra):
+    """The fine-tune recipe on ``checkpoint``, cross-entropy only (no teacher to build), a few batches an epoch."""
+    return train_main([
+        "fit", "--config", FINETUNE, f"--model.checkpoint={checkpoint}", "--model.loss=ce",
+        f"--trainer.default_root_dir={run}", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
+        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu",
+        "--data.init_args.batch_size=8", *extra])
+
+
+def _one_error_line(err: str) -> str:
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err[-3000:]
+    return errors[0]
+
+
+def test_a_diverging_finetune_stops_keeps_the_last_finite_checkpoint_and_exports_nothing(tmp_path, capsys, monkeypatch):
+    """A loss gone NaN (a learning rate far too high in epoch 1) stops the run with one error line; last.ckpt of
+    epoch 0 is kept, finite and not overwritten; no model is exported (the run's model would be all NaN)."""
+    from snapvit_pl.lightning.finetune_module import FinetuneModule
+
+    a, _ = _pruned_pair(tmp_path)
+    real = FinetuneModule.on_train_epoch_start
+
+    def too_high_in_epoch_1(self):
+        real(self)
+        if self.current_epoch == 1:
+            for group in self.trainer.optimizers[0].param_groups:
+                group["lr"] = 1e30  # one step at this rate: the next loss is NaN
+
+    monkeypatch.setattr(FinetuneModule, "on_train_epoch_start", too_high_in_epoch_1)
+    run = tmp_path / "run"
+    assert _finetune(a, run, "--trainer.max_epochs=2") == 2
+    last = run / "tensorboard" / "checkpoints" / "last.ckpt"
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: training diverged: train/loss is nan at epoch 1") and f"--ckpt_path {last}" in line
+    assert "--model.lr" in line and not (run / "model").exists()
+    state = torch.load(last, map_location="cpu", weights_only=True)
+    assert state["global_step"] == 3 and all(torch.isfinite(v).all() for v in state["state_dict"].values())
+
+
+def test_a_learning_rate_that_diverges_at_once_exports_nothing(tmp_path, capsys):
+    a, _ = _pruned_pair(tmp_path)
+    run = tmp_path / "run"
+    assert _finetune(a, run, "--trainer.max_epochs=1", "--model.lr=1e30") == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "train/loss is nan at epoch 0" in line and "No checkpoint was saved before it" in line
+    assert not (run / "model").exists() and not list(run.rglob("*.ckpt"))
+
+
+def test_resuming_from_the_finetune_of_another_pruned_model_is_refused(tmp_path, capsys):
+    """The last.ckpt of budget b's fine-tune given to budget a's (as --ckpt_path FILE, a config's ckpt_path, or found
+    as --ckpt_path last) is refused before training: it would export b's weights as a's fine-tuned model."""
+    a, b = _pruned_pair(tmp_path)
+    assert _finetune(b, tmp_path / "run_b", "--trainer.max_epochs=1") == 0
+    other = tmp_path / "run_b" / "tensorboard" / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    (tmp_path / "resume.yaml").write_text(f"ckpt_path: {other}\n")
+    found = tmp_path / "run_a" / "tensorboard" / "checkpoints" / "last.ckpt"  # what --ckpt_path last finds
+    found.parent.mkdir(parents=True)
+    found.write_bytes(other.read_bytes())
+    for how, named in ((["--ckpt_path", str(other)], other), ([f"--config={tmp_path / 'resume.yaml'}"], other),
+                       (["--ckpt_path", "last"], found)):
+        assert _finetune(a, tmp_path / "run_a", "--trainer.max_epochs=2", *how) == 2, how
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"--ckpt_path {named} is the fine-tune of another model, {b}" in line and f"not of {a}" in line, line
+        assert not (tmp_path / "run_a" / "model").exists()
+    unrecorded = torch.load(other, map_location="cpu", weights_only=False)
+    del unrecorded["snapvit_architecture"]  # a checkpoint that says nothing of its model is not trusted either
+    torch.save(unrecorded, tmp_path / "unrecorded.ckpt")
+    assert _finetune(b, tmp_path / "run_b2", "--ckpt_path", str(tmp_path / "unrecorded.ckpt")) == 2
+    assert "records no model architecture" in _one_error_line(capsys.readouterr().err)
+    assert _finetune(b, tmp_path / "run_b2", "--trainer.max_epochs=2", "--ckpt_path", str(other)) == 0  # its own
+    assert load_pruned(tmp_path / "run_b2" / "model")[1]["heads"] == load_pruned(b)[1]["heads"]
+
+
+@pytest.mark.parametrize("option, refused", [
+    ("--model.lr=-0.1", "--model.lr: Not of type PositiveFloat"),
+    ("--model.label_smoothing=1", "--model.label_smoothing: Not of type HalfOpenUnitInterval"),
+    ("--model.distill_weight=-1", "--model.distill_weight: Not of type NonNegativeFloat"),
+    ("--model.warmup_epochs=-1", "--model.warmup_epochs: Not of type NonNegativeFloat"),
+    ("--model.temperature=0", "--model.temperature: Not of type PositiveFloat"),
+])
+def test_out_of_range_numbers_are_refused_when_parsed(tmp_path, capsys, option, refused):
+    run = tmp_path / "run"
+    assert train_main(["fit", "--config", FINETUNE, f"--model.checkpoint={tmp_path / 'absent'}",
+                       f"--trainer.default_root_dir={run}", option]) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(f"error: {refused}")
+    assert not run.exists()  # refused before anything was built or written

@@ -58,3 +58,27 @@ def test_rounded_mlp_widths(multiple):
     assert all(n % multiple == 0 or n == 100 for n in sub.neuron_counts)
     plain = select_subnet(heads, neurons, 0.37, 0.2)
     assert all(abs(a - b) <= multiple / 2 for a, b in zip(sub.neuron_counts, plain.neuron_counts))
+
+
+@pytest.mark.parametrize("kept, width, protected, expected", [
+    (20, 384, 20, 24),  # the nearest multiple (16, half to even) would cut into the protected 20
+    (30, 384, 20, 32), (27, 384, 20, 24), (20, 384, 1, 16),  # the nearest multiple when it keeps the protected ones
+    (5, 6, 1, 6), (20, 20, 20, 20),  # never above the width
+])
+def test_rounded_width_never_goes_below_the_protected_units(kept, width, protected, expected):
+    from snapvit_pl.elastic.ranking import rounded_width
+
+    assert rounded_width(kept, width, 8, protected) == expected
+
+
+def test_rounding_keeps_every_protected_neuron_of_a_block_cut_to_its_floor():
+    g = torch.Generator().manual_seed(0)
+    heads = [torch.ones(6), torch.ones(6)]
+    neurons = [torch.rand(384, generator=g) * 1e-3, 1 + torch.rand(384, generator=g)]  # block 0 goes first
+    # 364 of 768 removed: block 0 down to its 20 protected neurons (ceil(0.05 * 384))
+    plain = select_subnet(heads, neurons, 364 / 768, 0.0, min_mlp_keep=0.05, min_head_keep=0.2)
+    assert plain.neuron_counts == [20, 384]
+    sub = select_subnet(heads, neurons, 364 / 768, 0.0, min_mlp_keep=0.05, min_head_keep=0.2, mlp_multiple=8)
+    assert sub.neuron_counts == [24, 384]
+    protected = torch.argsort(neurons[0], descending=True)[:20]
+    assert torch.isin(protected, sub.neurons[0]).all()

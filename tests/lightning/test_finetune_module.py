@@ -62,3 +62,16 @@ def test_the_checkpoint_holds_no_teacher_and_resumes_with_the_rebuilt_one(tmp_pa
                 f"--model.teacher_model_name={spec.model_name}", "--model.teacher_pretrained=false")
     err = capsys.readouterr().err
     assert code == 2 and "is not the one the checkpoint was trained with" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argument", [{"lr": -0.1}, {"label_smoothing": 1.0}, {"temperature": 0.0},
+                                      {"distill_weight": -1.0}, {"warmup_epochs": -1.0}, {"weight_decay": -0.01}])
+def test_out_of_range_numbers_are_refused_from_python_too(argument):
+    """The ranges the command line reads from the constructor's types are checked when it is called from Python,
+    before any model is built."""
+    from snapvit_pl.errors import ConfigError
+    from snapvit_pl.lightning.finetune_module import FinetuneModule
+
+    (name, value), = argument.items()
+    with pytest.raises(ConfigError, match=f"^model.{name} must be a "):
+        FinetuneModule(checkpoint="/nonexistent", **argument)

@@ -86,3 +86,20 @@ def test_a_run_without_correction_says_how_to_turn_it_on_in_the_report_and_on_th
     report = write_report(state, tmp_path, print_table=True, plots=False)
     assert "hint" not in report["correction"] and "note:" not in capsys.readouterr().out
     assert "- weight correction: `sparsegpt`, 64 calibration images" in (tmp_path / "report.md").read_text()
+
+
+def test_the_report_shows_what_each_model_removes_and_keeps_the_request_apart():
+    from snapvit_pl.pipeline.report import report_markdown
+    from snapvit_pl.pipeline.splits import SplitChoice
+
+    state = _finished_state(1)
+    item = state.extracted[0]
+    item.mlp_ratio, item.head_ratio = 1 - 326 / 384, 0.0  # what the widths remove (all 36 heads kept)...
+    item.requested_mlp_ratio, item.requested_head_ratio = 0.15, 0.011111  # ...and what the split asked for
+    item.subnet = Subnet.from_counts([6] * 6, [326] * 6)
+    state.splits = [SplitChoice("sparsity0.1", "params", 0.9, 0.011111, 0.11, requested=True)]
+    report = build_report(state)
+    entry = report["pruned"][0]
+    assert (entry["head_ratio"], entry["requested_head_ratio"]) == (0.0, 0.011111)
+    assert rows(report)[1][1] == "0.15/0.00"
+    assert "sparsity0.1 head ratio 0.01 (schedule 0.11) -> 0.00 removed" in report_markdown(report)

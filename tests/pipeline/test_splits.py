@@ -84,7 +84,8 @@ def test_the_scores_file_records_the_budgets_and_the_grid(setup, tmp_path):
     assert len(saved.splits) == len(pipeline.state.splits) > 2  # the two budgets and the reachable grid points
     for item in pipeline.export():
         choice = next(c for c in pipeline.state.splits if c.label == item.label)
-        assert item.head_ratio == pytest.approx(choice.head_ratio)
+        assert item.requested_head_ratio == pytest.approx(choice.head_ratio)  # the split asked for...
+        assert item.head_ratio == 1 - sum(item.subnet.head_counts) / sum(CostModel(model).num_heads)  # ...and the cut
     schedule = _pipeline(model, images, tmp_path / "schedule", ExportSettings(budgets=export.budgets, split="schedule"))
     schedule.run()
     assert len(ElasticScores.load(tmp_path / "schedule" / export.scores_file).splits) == 0

@@ -226,7 +226,7 @@ def test_self_supervised_scorers_expect_the_global_views_the_data_makes():
     from snapvit_pl.data.transforms import N_GLOBAL_VIEWS
     from snapvit_pl.scoring import SNIPMagnitude, SSLFisher
 
-    assert SSLFisher().n_global == SNIPMagnitude().n_global == N_GLOBAL_VIEWS
+    assert SSLFisher().global_views == SNIPMagnitude().global_views == N_GLOBAL_VIEWS
 
 
 def test_forward_only_and_sensitivity_scorers_get_plain_views():

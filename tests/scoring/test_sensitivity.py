@@ -197,6 +197,29 @@ def test_gn_greedy_shards_and_protection():
         assert set(kept.tolist()) == set(top.tolist())
 
 
+def test_gn_greedy_takes_its_floors_from_the_importance_settings():
+    import pickle
+
+    from snapvit_pl.models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, min_kept
+    from snapvit_pl.pipeline import ImportanceSettings
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    alone = GaussNewtonGreedy(probes=1)  # used alone: the one definition of the defaults
+    assert (alone.min_mlp_keep, alone.min_head_keep) == (MIN_MLP_KEEP, MIN_HEAD_KEEP)
+    with pytest.raises(TypeError):
+        GaussNewtonGreedy(min_mlp_keep=0.05)  # no second knob
+    scorer = ImportanceSettings(GaussNewtonGreedy(probes=1), min_mlp_keep=0.5, min_head_keep=0.5).scorer
+    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "seed"}
+    clone = pickle.loads(pickle.dumps(scorer))
+    assert (clone.min_mlp_keep, clone.min_head_keep) == (0.5, 0.5)
+    model, x = build("dino_vit").double(), views(4)[:, 0].double()
+    scores = scores_of(scorer, model, [x])
+    for per_block in (scores.heads, scores.neurons):  # the greedy never removed a block's protected half: last
+        protected = [torch.sort(s, descending=True).values[:min_kept(len(s), 0.5)] for s in per_block]
+        rest = [torch.sort(s, descending=True).values[min_kept(len(s), 0.5):] for s in per_block]
+        assert min(p.min() for p in protected) > max(r.max() for r in rest)
+
+
 def test_each_batch_reports_the_running_drift_estimate_of_removing_one_unit():
     """What TensorBoard plots per batch for the default score: the mean second-order drift (1 - cos) of removing
     one head / one MLP neuron so far; close to the drift measured by removing each head in turn."""
