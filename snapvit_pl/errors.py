@@ -80,10 +80,21 @@ def config_error(err: BaseException, command: str) -> "ConfigError":
     message = str(err)
     keys = re.findall(r'(?:Parser key|key) "([^"]+)"', message)
     lines = [line.strip() for line in message.splitlines() if line.strip()]
+    given = None
     reason = lines[0] if lines else type(err).__name__
     nested = [i for i, line in enumerate(lines) if line.startswith(("Parser key", "- Problem with given class_path"))]
     if nested and nested[-1] + 1 < len(lines):  # the deepest refusal's own reason
         reason = lines[nested[-1] + 1]
+    if reason.startswith("Does not validate against any of the Union subtypes"):  # Optional[X]: why not an X
+        reason = next((line[2:] for line in lines if line.startswith("- Not of type")), reason)
+        given = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Given value:")), None)
+    restricted = re.match(r"Not of type \w+: (?:(\S+) )?does not conform to restriction (.+)", reason)
+    if restricted:  # a constrained number type (snapvit_pl.ranges): "-1 is out of range: must be > 0"
+        value = restricted.group(1) or (given if nested and "Union" in message else None)
+        bounds = " and ".join(re.sub(r"^v([<>]=?)", r"\1 ", part) for part in restricted.group(2).split(" and "))
+        reason = f"{value + ' is ' if value else ''}out of range: must be {bounds}"
+    elif reason.startswith("Not of type ") and ": " in reason:  # the type's own message (Budget.parse's) is the reason
+        reason = reason.split(": ", 1)[1]
     keys = [k for k in keys if not k.startswith("--")]
     key = ".".join(keys)
     if len(keys) > 1 and "class_path" in message:  # a subclass's argument: --data.init_args.batch_size

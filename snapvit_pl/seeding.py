@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .ranges import SEED_RANGE, Seed  # noqa: F401  (re-exported: the seeds' range and type belong to the policy)
+
 #: What an unset seed is outside a command line (and what ``seed_everything`` defaults to).
 DEFAULT_SEED = 0
-#: The range ``seed_everything`` accepts (NumPy's seeds are 32-bit).
-SEED_RANGE = (0, 2**32 - 1)
 
 
 def resolve_seed(seed: Optional[int]) -> int:

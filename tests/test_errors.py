@@ -16,7 +16,7 @@ NESTED = '''Parser key "data":
 
 
 @pytest.mark.parametrize("message, expected", [
-    (NESTED, "--data.init_args.batch_size: Not of type PositiveInt: 0 does not conform to restriction v>0"),
+    (NESTED, "--data.init_args.batch_size: 0 is out of range: must be > 0"),
     ('Parser key "search.max_evaluations":\n  Expected a <class \'int\'>. Got value: abc',
      "--search.max_evaluations: Expected a <class 'int'>. Got value: abc"),
     ("unrecognized arguments: --search.max_evaluationz=3", "unrecognized arguments: --search.max_evaluationz=3"),

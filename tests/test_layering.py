@@ -1,7 +1,8 @@
 """The package's import graph: no cycle, and every import points down the layers (function-level imports included).
 
     errors       errors
-    foundations  io, device, progress
+    ranges       ranges
+    foundations  seeding, io, device, progress
     models       models, data
     algorithms   elastic, scoring, correction, eval
     search       search
@@ -16,8 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
-    ("errors", "seeding"),
-    ("io", "device", "progress"),
+    ("errors",),
+    ("ranges",),
+    ("seeding", "io", "device", "progress"),
     ("models", "data"),
     ("elastic", "scoring", "correction", "eval"),
     ("search",),

@@ -112,7 +112,7 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
     verbose = False
     try:
         argv, verbose = pop_verbose(argv, keep_verbose)
-        return body(argv)
+        return body(configs_first(argv))
     except (SnapViTError, argparse.ArgumentError) as err:
         if cleanup is not None:
             cleanup()
@@ -218,13 +218,40 @@ def config_action(sections: Iterable[str]):
                     data = yaml.safe_load(str(values))
                 except yaml.YAMLError:
                     data = None
-            if isinstance(data, dict) and any(key in foreign for key in data):
-                values = yaml.safe_dump({k: v for k, v in data.items() if k not in foreign}, sort_keys=False)
+            if isinstance(data, dict) and any(key in foreign for key in data):  # another command's config
+                values = yaml.safe_dump({k: _own_keys(parser, k, v) for k, v in data.items() if k not in foreign},
+                                        sort_keys=False)
             elif text is None and not isinstance(data, dict):
                 raise ConfigError(f"--config {values}: no such file, and not a YAML mapping")
             self.apply_config(parser, cfg, self.dest, values)
 
     return ConfigFile
+
+
+def _own_keys(parser, section: str, value: Any) -> Any:
+    """A section of another command's config without the keys this parser does not have (prune.py's
+    ``export.split`` in ``extract``); a subclass section (``class_path``, ``init_args``) stays whole."""
+    if not isinstance(value, dict) or "class_path" in value:
+        return value
+    options = parser._option_string_actions
+    return {k: v for k, v in value.items() if f"--{section}.{k}" in options}
+
+
+def configs_first(argv: Sequence[str]) -> list[str]:
+    """``argv`` with its ``--config`` values moved before the other options (in their order; a leading subcommand
+    stays first): an option on the command line overrides every config, wherever it stands."""
+    head = next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))
+    configs: list[str] = []
+    rest: list[str] = []
+    i = head
+    while i < len(argv):
+        if argv[i] in ("--config", "-c") and i + 1 < len(argv):
+            configs += argv[i:i + 2]
+            i += 2
+            continue
+        (configs if argv[i].startswith("--config=") else rest).append(argv[i])
+        i += 1
+    return [*argv[:head], *configs, *rest]
 
 
 def describe(doc: str, width: int = 100) -> str:

@@ -164,8 +164,13 @@ def _kind(hint: Any) -> Any:
 
 
 def _entry(key: str, hint: Any, default: Any, help_text: str) -> list[str]:
+    from ..ranges import describe_range, range_types
+
     metavar = _metavar(hint)
-    head = f"  --{key} {metavar if len(metavar) <= 24 else 'VALUE'}  (default: {_shown(default, 50)})"
+    ranges = "".join(f"; {describe_range(kind)}" for kind in range_types(hint))  # the type's range: the parser's check
+    if ranges and typing.get_origin(hint) is typing.Union and type(None) in typing.get_args(hint):
+        ranges += " or null"
+    head = f"  --{key} {metavar if len(metavar) <= 24 else 'VALUE'}  (default: {_shown(default, 50)}{ranges})"
     body = textwrap.wrap(_plain(help_text), WIDTH - 6, initial_indent="      ", subsequent_indent="      ")
     return [head, *body]
 
@@ -193,11 +198,13 @@ def render_options(parser: Any) -> dict[str, Any]:
     """What ``prune_options.json`` holds, rendered from ``prune.py``'s parser (:func:`snapvit_pl.cli.prune.prune_parser`):
     the option list as text, every option key, and the code's defaults of the first screen's options."""
     from ..data import ClassificationDataModule
+    from ..ranges import bounds
     from ..scoring import OutputSensitivity
 
     lines: list[str] = []
     keys: list[str] = []
     kinds: dict[str, Any] = {}
+    ranges: dict[str, Any] = {}
     for group in parser._action_groups:
         actions = [a for a in group._group_actions if type(a).__name__ not in _SKIPPED_ACTIONS]
         if not actions:
@@ -209,6 +216,8 @@ def render_options(parser: Any) -> dict[str, Any]:
             kind = _kind(getattr(action, "_typehint", None))
             if kind is not None and not action.dest.startswith("trainer."):
                 kinds[action.dest] = kind
+                if bounds(getattr(action, "_typehint", None)):
+                    ranges[action.dest] = bounds(action._typehint)
             lines += _entry(action.dest, getattr(action, "_typehint", None), action.default, action.help)
             if action.dest == "importance.scorer":
                 lines += [f"    {OutputSensitivity.__name__}'s arguments (--importance.scorer.help CLASS: another's):"]
@@ -220,7 +229,11 @@ def render_options(parser: Any) -> dict[str, Any]:
     defaults = {a.dest: a.default for a in parser._actions}
     first = {key: _jsonable(defaults.get(key, data_defaults.get(key))) for key in FIRST_SCREEN_KEYS}
     first["seg_data"] = first.get("seg_data") or None
+    for action in _parser_of(ClassificationDataModule, "data.init_args")._actions:  # the default data's ranges
+        if bounds(getattr(action, "_typehint", None)):
+            ranges[action.dest] = bounds(action._typehint)
     return {"generated_by": "python -m snapvit_pl.cli.options", "options": sorted(keys), "kinds": kinds,
+            "ranges": ranges,
             "defaults": first,
             "text": "\n".join(lines[1:]) + "\n"}
 

@@ -124,19 +124,32 @@ def check_option_names(keys: Iterable[str], known: Sequence[str], command: str) 
     """Refuse a key that is no option: neither one of ``known`` nor under one of them (``model.model_kwargs.x``,
     ``data.init_args.root``: the option's own value is checked by the command's parser)."""
     known_set = set(known)
+    groups = {".".join(option.split(".")[:n]) for option in known for n in range(1, option.count(".") + 1)}
     for key in keys:
         parts = key.split(".")
-        if any(".".join(parts[:n]) in known_set for n in range(1, len(parts) + 1)):
-            continue
+        if key in groups or any(".".join(parts[:n]) in known_set for n in range(1, len(parts) + 1)):
+            continue  # a group given whole (--search '{...}': its keys are checked one by one) or an option
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
         hint = f"did you mean --{close[0]}? " if close else ""
         raise ConfigError(f"--{key}: no such option; {hint}see {command} --help for the options")
 
 
-def check_option_values(values: dict[str, Any], kinds: dict[str, Any], command: str) -> None:
+def check_option_values(values: dict[str, Any], kinds: dict[str, Any], command: str,
+                        ranges: Optional[dict[str, Any]] = None) -> None:
     """Refuse a value of the wrong kind for a plain option (``kinds``: option -> ``"int"``, ``"float"``,
-    ``"bool"`` (``"?"``: or null) or a list of choices), as the command's parser would."""
+    ``"bool"`` (``"?"``: or null) or a list of choices), or out of its range (``ranges``: option ->
+    ``[[">", 0], ...]``, :func:`snapvit_pl.ranges.bounds`), as the command's parser would."""
+    import operator
+
+    compare = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
     for key, value in values.items():
+        limits = (ranges or {}).get(key)
+        number = _value(value) if isinstance(value, str) else value
+        if limits and isinstance(number, (int, float)) and not isinstance(number, bool) and \
+                not all(compare[op](number, bound) for op, bound in limits):
+            shown = " and ".join(f"{op} {bound}" for op, bound in limits)
+            raise ConfigError(f"--{key}: {value} is out of range: must be {shown}; see {command} --help for the "
+                              "accepted values")
         kind = kinds.get(key)
         if kind is None or (value is None and (isinstance(kind, list) or kind.endswith("?"))):
             continue

@@ -56,15 +56,17 @@ def check_before_imports(argv: list[str]) -> None:
     root (:mod:`.preflight`)."""
     from .help import load_options
     from .preflight import (
-        check_inputs, check_option_names, check_option_values, config_file_values, settings_in_effect, split_options,
+        check_inputs, check_option_names, check_option_values, config_file_values, flatten, settings_in_effect,
+        split_options,
     )
 
     configs, options = split_options(argv)
-    keys = [key for key, _ in options] + [key for config in configs for key in config_file_values(config)]
+    keys = [k for key, value in options for k in flatten({key: value})] + \
+        [key for config in configs for key in config_file_values(config)]
     known = load_options()
     check_option_names(keys, known["options"], "python prune.py")
     values = settings_in_effect(argv)
-    check_option_values(values, known["kinds"], "python prune.py")
+    check_option_values(values, known["kinds"], "python prune.py", known.get("ranges"))
     if values.get("progress", "auto") not in MODES:
         raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {values['progress']!r}")
     if values.get("out_dir"):

@@ -22,6 +22,7 @@ from ..models.tokens import block_kwargs, embed_tokens
 from ..models.units import Subnet, prunable_blocks
 from ..errors import ConfigError
 from ..progress import Progress, ProgressMode
+from ..ranges import NonNegativeFloat, PositiveInt, check_fields
 from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, ColumnCorrector, Damping
 
 # (unit group, the Linear whose input columns it owns), in the order they are corrected.
@@ -48,15 +49,14 @@ class CorrectionSettings:
 
     enabled: Union[bool, Literal["auto"]] = False
     method: Literal["sparsegpt", "bias"] = "sparsegpt"
-    num_samples: int = 256
-    batch_size: int = 64
+    num_samples: PositiveInt = 256
+    batch_size: PositiveInt = 64
     damping: Damping = DAMPING
-    damp_fraction: float = DAMP_FRACTION
-    block_size: int = BLOCK_SIZE
+    damp_fraction: NonNegativeFloat = DAMP_FRACTION
+    block_size: PositiveInt = BLOCK_SIZE
 
     def __post_init__(self) -> None:
-        if self.num_samples < 1 or self.batch_size < 1 or self.block_size < 1 or not self.damp_fraction >= 0:
-            raise ConfigError("correction: num_samples, batch_size and block_size must be >= 1, damp_fraction >= 0")
+        check_fields(self, "correction")
         if self.method not in ("sparsegpt", "bias"):
             raise ConfigError(f"correction.method must be sparsegpt or bias, got {self.method!r}")
         if self.enabled not in (True, False, "auto"):

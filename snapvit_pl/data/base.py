@@ -12,7 +12,6 @@ from typing import Any, Callable, Literal, Optional, Union
 
 import numpy as np
 import pytorch_lightning as pl
-from jsonargparse.typing import NonNegativeInt, PositiveInt
 import torch
 from PIL import Image
 from torch import nn
@@ -22,6 +21,7 @@ from .transforms import (
     GLOBAL_CROP_SCALE, LOCAL_CROP_SCALE, N_GLOBAL_VIEWS, N_LOCAL_VIEWS, MultiCropTransform, resolve_input_config,
 )
 from ..device import cpu_cores
+from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments
 from ..errors import ConfigError, DataError
 from ..seeding import resolve_seed
 
@@ -328,30 +328,23 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         batch_size: PositiveInt = 64,
         num_workers: NonNegativeInt = 0,
         pin_memory: bool = False,
-        seed: Optional[int] = None,
-        max_samples: Optional[int] = None,
+        seed: Optional[Seed] = None,
+        max_samples: Optional[PositiveInt] = None,
         skip_corrupt: bool = False,
         train_augment: bool = False,
         train_views: Literal["labeled", "plain", "multicrop"] = "labeled",
         model_name: Optional[str] = None,
         data_config: Optional[dict[str, Any]] = None,
-        n_global_views: int = N_GLOBAL_VIEWS,
-        n_local_views: int = N_LOCAL_VIEWS,
+        n_global_views: NonNegativeInt = N_GLOBAL_VIEWS,
+        n_local_views: NonNegativeInt = N_LOCAL_VIEWS,
         global_crop_scale: tuple[float, float] = GLOBAL_CROP_SCALE,
         local_crop_scale: tuple[float, float] = LOCAL_CROP_SCALE,
-        multicrop_color_jitter: float = 0.0,
-        multicrop_hflip: float = 0.0,
+        multicrop_color_jitter: ClosedUnitInterval = 0.0,
+        multicrop_hflip: ClosedUnitInterval = 0.0,
     ):
         super().__init__()
-        problems = [f"{name} must be >= {low}, got {value}" for name, value, low in
-                    (("batch_size", batch_size, 1), ("num_workers", num_workers, 0), ("n_global_views", n_global_views, 0),
-                     ("n_local_views", n_local_views, 0)) if value < low]
-        if max_samples is not None and max_samples < 1:
-            problems.append(f"max_samples must be >= 1 (or null for the whole split), got {max_samples}")
-        problems += [f"{name} must lie in [0, 1], got {value}" for name, value in
-                     (("multicrop_color_jitter", multicrop_color_jitter), ("multicrop_hflip", multicrop_hflip))
-                     if not 0 <= value <= 1]
-        problems += [f"{name} must be (low, high) with 0 < low <= high <= 1, got {value}" for name, value in
+        check_arguments(VisionDataModule.__init__, locals(), "data.init_args", skip={"self"})
+        problems = [f"{name} must be (low, high) with 0 < low <= high <= 1, got {value}" for name, value in
                      (("global_crop_scale", global_crop_scale), ("local_crop_scale", local_crop_scale))
                      if len(tuple(value)) != 2 or not 0 < value[0] <= value[1] <= 1]
         if problems:

@@ -16,7 +16,8 @@ from .fashion_mnist import FashionMNIST, FashionMNISTClutter, download_fashion_m
 from .folders import ImageList, ImageTree, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
 from .layouts import FOLDER_LAYOUTS, check_folder_root
 from .transforms import check_augment_args, classification_transform
-from ..errors import ConfigError, DataError
+from ..errors import DataError
+from ..ranges import OpenUnitInterval, check_arguments
 _FASHION_MNIST_NAMES = ("fashion_mnist", "fashionmnist", "fashion-mnist")
 _CLUTTER_NAME = "fashion_mnist_clutter"  # FashionMNISTClutter canvases of the Fashion-MNIST images
 
@@ -85,15 +86,14 @@ class ClassificationDataModule(VisionDataModule):
         source: str = "fashion_mnist",
         root: str = "data",
         download: bool = False,
-        val_split: Optional[float] = None,
+        val_split: Optional[OpenUnitInterval] = None,
         val_labels: Optional[str] = None,
         train_augment_args: Optional[dict[str, Any]] = None,
         **kwargs: Any,
     ):
         super().__init__(root=root, download=download, **kwargs)
         self.save_hyperparameters()
-        if val_split is not None and not 0 < val_split < 1:
-            raise ConfigError(f"data: val_split must lie in (0, 1) (the share of images held out), got {val_split}")
+        check_arguments(ClassificationDataModule.__init__, {"val_split": val_split}, "data.init_args")
         self.source, self.val_split, self.val_labels = source.lower(), val_split, val_labels
         self.train_augment_args = dict(train_augment_args or {})
         check_augment_args(self.train_augment_args)  # fail at construction, not at the first batch

@@ -14,6 +14,7 @@ from torch import nn
 
 from ..device import autocast_context, resolve_device
 from ..errors import ConfigError
+from ..ranges import PositiveInt, check_fields
 from ..models.cost import count_flops, count_params, input_shape, macs
 from .features import extract_features
 from .knn import knn_classify
@@ -49,24 +50,19 @@ class EvaluationSettings:
     """
 
     metrics: list[str] = field(default_factory=lambda: ["knn"])
-    train_samples: Optional[int] = 5000
-    val_samples: Optional[int] = 2000
-    batch_size: int = 256
-    knn_k: int = 20
-    seg_train_samples: Optional[int] = 500
-    seg_val_samples: Optional[int] = 200
-    seg_epochs: int = 20
-    throughput_batch_size: int = 64
-    throughput_repeats: int = REPEATS
+    train_samples: Optional[PositiveInt] = 5000
+    val_samples: Optional[PositiveInt] = 2000
+    batch_size: PositiveInt = 256
+    knn_k: PositiveInt = 20
+    seg_train_samples: Optional[PositiveInt] = 500
+    seg_val_samples: Optional[PositiveInt] = 200
+    seg_epochs: PositiveInt = 20
+    throughput_batch_size: PositiveInt = 64
+    throughput_repeats: PositiveInt = REPEATS
 
     def __post_init__(self) -> None:
         self.metrics = parse_metrics(self.metrics) if self.metrics else []
-        if min(self.batch_size, self.knn_k, self.seg_epochs, self.throughput_batch_size, self.throughput_repeats) < 1:
-            raise ConfigError("evaluation: batch_size, knn_k, seg_epochs, throughput_batch_size and throughput_repeats "
-                              "must be >= 1")
-        for name in ("train_samples", "val_samples", "seg_train_samples", "seg_val_samples"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ConfigError(f"evaluation.{name} must be >= 1 (or null for the whole split), got {getattr(self, name)}")
+        check_fields(self, "evaluation")  # (a null number of samples: the whole split)
 
 
 def parse_metrics(text: str | Sequence[str]) -> list[str]:

@@ -15,7 +15,6 @@ from typing import Any, Literal, Optional
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from jsonargparse.typing import NonNegativeFloat, PositiveFloat
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -23,7 +22,8 @@ from ..errors import CheckpointError, ConfigError
 from ..models.checkpoint import load_pruned
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, fingerprint, load_backbone
-from .training import (HalfOpenUnitInterval, adamw, check_finite_weights, check_ranges, open_checkpoint,
+from ..ranges import HalfOpenUnitInterval, NonNegativeFloat, PositiveFloat
+from .training import (adamw, check_finite_weights, check_ranges, open_checkpoint,
                        reseed_for_epoch, seal_checkpoint, stop_if_diverged, warmup_cosine_schedule)
 
 

@@ -28,6 +28,7 @@ from ..models.loading import BackboneSpec, load_backbone
 from ..pipeline.driver import Pipeline
 from ..pipeline.settings import PipelineSettings
 from ..progress import ProgressMode
+from ..ranges import Seed
 from .context import bind_trainer
 
 
@@ -51,7 +52,7 @@ class PruningModule(pl.LightningModule):
         pretrained: bool = True,
         checkpoint_path: Optional[str] = None,
         model_kwargs: Optional[dict[str, Any]] = None,
-        seed: Optional[int] = None,
+        seed: Optional[Seed] = None,
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["seed"])

@@ -10,7 +10,6 @@ self-supervised development model with it.
 from __future__ import annotations
 
 import copy
-import math
 from itertools import chain
 from typing import Any, Optional
 
@@ -18,7 +17,6 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from ..errors import ConfigError
@@ -26,6 +24,7 @@ from ..eval.features import extract_features
 from ..eval.knn import knn_classify
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, load_backbone
+from ..ranges import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from .training import (adamw, check_finite_weights, check_ranges, open_checkpoint, reseed_for_epoch, seal_checkpoint,
                        stop_if_diverged, warmup_cosine, warmup_cosine_schedule)
 

@@ -7,39 +7,21 @@ from __future__ import annotations
 import math
 import os
 import random
-import typing
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
-from jsonargparse.typing import restricted_number_type
 from torch import nn
 
 from ..data.base import epoch_seed
 from ..errors import ConfigError
-
-#: A float in [0, 1) (label smoothing); the other ranges are jsonargparse's (``PositiveFloat``,
-#: ``ClosedUnitInterval``, ...).
-HalfOpenUnitInterval = restricted_number_type("HalfOpenUnitInterval", float, [(">=", 0.0), ("<", 1.0)],
-                                              docstring="A float in the interval [0, 1).")
-
+from ..ranges import check_arguments
 
 def check_ranges(module_class: type, arguments: Mapping[str, Any]) -> None:
-    """Check ``arguments`` (an ``__init__``'s locals) against the constrained types of ``module_class.__init__``'s
-    annotations (``jsonargparse.typing``: what the command line checks when it parses), for a module built from
-    Python; one :class:`ConfigError` naming the first argument out of its range."""
-    hints = typing.get_type_hints(module_class.__init__)
-    for name, hint in hints.items():
-        value = arguments.get(name)
-        if value is None:
-            continue
-        for kind in typing.get_args(hint) or (hint,):  # Optional[PositiveInt]: PositiveInt
-            if isinstance(kind, type) and issubclass(kind, (int, float)) and kind not in (int, float, bool):
-                try:
-                    kind(value)
-                except (TypeError, ValueError) as err:
-                    raise ConfigError(f"model.{name} must be a {kind.__name__}: {err}") from None
+    """Check a training module's ``__init__`` ``arguments`` (its locals) against their annotated ranges (what the
+    command line checks when it parses), for a module built from Python; one :class:`ConfigError`."""
+    check_arguments(module_class.__init__, arguments, "model", skip={"self"})
 
 
 def adamw(modules: Iterable[nn.Module], lr: float, weight_decay: float) -> torch.optim.AdamW:

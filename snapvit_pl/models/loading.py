@@ -15,6 +15,7 @@ from torch import nn
 
 from ..errors import CheckpointError, ConfigError, UnsupportedModelError
 from ..io import weights_file
+from ..ranges import Seed
 
 
 @dataclass
@@ -41,7 +42,7 @@ class BackboneSpec:
     pretrained: bool = True
     checkpoint_path: Optional[str] = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
-    seed: Optional[int] = None
+    seed: Optional[Seed] = None
 
     @property
     def random_weights(self) -> bool:

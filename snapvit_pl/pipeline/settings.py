@@ -11,15 +11,22 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal, Optional
 
+from jsonargparse.typing import register_type
+
 from ..correction import CorrectionSettings
 from ..elastic.budget import Budget, check_unique_labels, default_budgets
 from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from ..errors import ConfigError
+from ..ranges import ClosedUnitInterval, HalfOpenUnitInterval, OpenUnitInterval, PositiveInt, check_fields
 from ..eval.suite import EvaluationSettings
 from ..scoring import OutputSensitivity, Scorer
 from ..scoring.base import ALLOCATIONS, Allocation
 from ..search.settings import SearchSettings
 from .resume import CONFIG_FILE, RESUME_FILE
+
+# Budgets are parsed at the edge: the command line's parser reads ``{flops: 0.5}`` (or ``flops=0.5``) with
+# Budget.parse, which names a mistyped key or an impossible value, and writes a budget back as its own fields.
+register_type(Budget, serializer=Budget.to_dict, deserializer=Budget.parse)
 
 #: What a run directory holds besides the scores file (which must not take one of these names).
 RUN_DIR_NAMES = (CONFIG_FILE, RESUME_FILE, "report.json", "report.md", "models", "plots", "tensorboard",
@@ -44,17 +51,15 @@ class ImportanceSettings:
 
     scorer: Optional[Scorer] = None
     allocation: Allocation = "global"
-    min_mlp_keep: float = MIN_MLP_KEEP
-    min_head_keep: float = MIN_HEAD_KEEP
+    min_mlp_keep: ClosedUnitInterval = MIN_MLP_KEEP
+    min_head_keep: ClosedUnitInterval = MIN_HEAD_KEEP
 
     def __post_init__(self) -> None:
         if self.scorer is None:
             self.scorer = OutputSensitivity()
         if self.allocation not in ALLOCATIONS:
             raise ConfigError(f"importance.allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
-        for name in ("min_mlp_keep", "min_head_keep"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"importance.{name} must lie in [0, 1], got {getattr(self, name)}")
+        check_fields(self, "importance")
         self.scorer.use_keep_ratios(self.min_mlp_keep, self.min_head_keep)  # one source (gn_greedy's order needs them)
 
     def scorer_record(self) -> dict[str, Any]:
@@ -67,7 +72,7 @@ class ExportSettings:
     """Which pruned models a run writes, and how cost budgets divide between heads and MLP neurons.
 
     Args:
-        budgets: budgets as dicts of :class:`snapvit_pl.elastic.Budget` fields, e.g.
+        budgets: :class:`snapvit_pl.elastic.Budget` objects, or dicts of their fields, e.g.
             ``{"mlp_ratio": 0.35, "head_ratio": 0.2}``, ``{"sparsity": 0.4}``, ``{"flops": 0.5}``,
             ``{"params": 20e6}``, ``{"latency": 12.5}``; default: 10%, 20%, ... 60% of the parameters removed
             (``{"sparsity": 0.1}`` ...). Parsed once into ``Budget`` objects.
@@ -91,32 +96,23 @@ class ExportSettings:
         scores_file: file name of the elastic artifact in the run directory.
     """
 
-    budgets: Optional[list[dict[str, Any]]] = None
-    mlp_multiple: int = 1
+    budgets: Optional[list[Budget]] = None
+    mlp_multiple: PositiveInt = 1
     split: Literal["fitness", "schedule"] = "fitness"
-    split_candidates: int = 7
-    split_step: float = 0.1
-    split_grid: float = 0.1
-    split_images: int = 128
-    latency_batch_size: int = 64
+    split_candidates: PositiveInt = 7
+    split_step: OpenUnitInterval = 0.1
+    split_grid: HalfOpenUnitInterval = 0.1
+    split_images: PositiveInt = 128
+    latency_batch_size: PositiveInt = 64
     latency_device: Optional[str] = None
     latency_table: Optional[str] = None
     save_models: bool = True
     scores_file: str = "elastic_scores.safetensors"
 
     def __post_init__(self) -> None:
-        if self.mlp_multiple < 1:
-            raise ConfigError(f"export.mlp_multiple must be >= 1, got {self.mlp_multiple}")
-        if self.split not in ("fitness", "schedule") or self.split_candidates < 1:
-            raise ConfigError(f"export.split must be 'fitness' or 'schedule' (got {self.split!r}) and "
-                              f"split_candidates >= 1 (got {self.split_candidates})")
-        if self.latency_batch_size < 1:
-            raise ConfigError(f"export.latency_batch_size must be >= 1, got {self.latency_batch_size}")
-        if self.split_images < 1:
-            raise ConfigError(f"export.split_images must be >= 1, got {self.split_images}")
-        if not 0 < self.split_step < 1 or not 0 <= self.split_grid < 1:
-            raise ConfigError(f"export.split_step must lie in (0, 1) (got {self.split_step}) and split_grid in [0, 1) "
-                              f"(got {self.split_grid})")
+        check_fields(self, "export")
+        if self.split not in ("fitness", "schedule"):
+            raise ConfigError(f"export.split must be 'fitness' or 'schedule', got {self.split!r}")
         name = PurePath(str(self.scores_file))
         if name.is_absolute() or ".." in name.parts or not name.parts or name.parts[0] in RUN_DIR_NAMES:
             raise ConfigError(f"export.scores_file {self.scores_file!r} must be a file name inside the run directory "

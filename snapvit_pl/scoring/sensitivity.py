@@ -36,6 +36,8 @@ from ..errors import CheckpointError, DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, UnitGroup
+from ..ranges import NonNegativeInt, Seed, check_arguments
+from ..seeding import resolve_seed
 from .activation import output_layer
 from .base import LocalScores, Scorer, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model
 from .gradient import _SelfDistillation, self_distillation_loss
@@ -179,17 +181,18 @@ class OutputSensitivity(MaskGradientScorer):
         probes: random Gaussian probes per sample (backward passes per batch); 0: exact, one backward pass
             per embedding dimension (the probes are then the unit vectors).
         target: ``"normalized"`` or ``"raw"``.
-        seed: seed of the probes (mixed with each sample's pixels).
+        seed: seed of the probes (mixed with each sample's pixels); None: prune.py's ``seed_everything`` (0 from
+            Python).
         center: optional ``[D]`` vector subtracted from the embeddings before normalising.
     """
 
     name = "sensitivity"
     views = "plain"
 
-    def __init__(self, probes: int = DEFAULT_PROBES, target: Target = "normalized", seed: int = 0,
-                 center: Optional[list] = None):
-        if int(probes) < 0:
-            raise ScoringError(f"sensitivity: probes must be >= 0, got {probes}")
+    def __init__(self, probes: NonNegativeInt = DEFAULT_PROBES, target: Target = "normalized",
+                 seed: Optional[Seed] = None, center: Optional[list] = None):
+        check_arguments(OutputSensitivity.__init__, locals(), "importance.scorer.init_args", skip={"self"})
+        seed = resolve_seed(seed)
         if target not in ("normalized", "raw"):
             raise ScoringError(f"sensitivity: target must be 'normalized' or 'raw', got {target!r}")
         self.probes, self.target, self.seed, self.center = int(probes), target, seed, center
@@ -305,7 +308,8 @@ class GaussNewtonGreedy(OutputSensitivity):
     Args:
         probes: random Gaussian probes per sample (0: exact, one backward pass per embedding dimension).
         gram: ``"full"`` or ``"block"``.
-        seed: seed of the probes (mixed with each sample's pixels).
+        seed: seed of the probes (mixed with each sample's pixels); None: prune.py's ``seed_everything`` (0 from
+            Python).
     """
 
     name = "gn_greedy"
@@ -313,7 +317,7 @@ class GaussNewtonGreedy(OutputSensitivity):
     min_head_keep: float = MIN_HEAD_KEEP
     _handed_over = ("min_mlp_keep", "min_head_keep")
 
-    def __init__(self, probes: int = 8, gram: Gram = "full", seed: int = 0):
+    def __init__(self, probes: NonNegativeInt = 8, gram: Gram = "full", seed: Optional[Seed] = None):
         super().__init__(probes=probes, seed=seed)
         if gram not in ("full", "block"):
             raise ScoringError(f"gn_greedy: gram must be 'full' or 'block', got {gram!r}")

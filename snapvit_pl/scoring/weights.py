@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from ..errors import CheckpointError
 from ..models.units import UnitGroup
+from ..ranges import PositiveFloat, Seed, check_arguments
+from ..seeding import resolve_seed
 from .base import LocalScores, Rows, Scorer, ScoringError, head_rows, neuron_rows, unit_sum
 
 
@@ -58,7 +60,7 @@ class Magnitude(_WeightScorer):
 
     name = "magnitude"
 
-    def __init__(self, p: float = 2):
+    def __init__(self, p: PositiveFloat = 2):
         if not p > 0:
             raise ScoringError(f"magnitude: p must be > 0, got {p}")
         self.p = p
@@ -96,13 +98,14 @@ class RandomScorer(_DataFree):
     """Uniform random scores in [0, 1) from a seeded generator (identical on every process).
 
     Args:
-        seed: generator seed.
+        seed: generator seed; None: prune.py's seed_everything (0 from Python).
     """
 
     name = "random"
 
-    def __init__(self, seed: int = 0):
-        self.seed = seed
+    def __init__(self, seed: Optional[Seed] = None):
+        check_arguments(RandomScorer.__init__, locals(), "importance.scorer.init_args", skip={"self"})
+        self.seed = resolve_seed(seed)
 
     def compute(self) -> LocalScores:
         self._require_setup()

@@ -1,13 +1,13 @@
 """The search's settings and its optimiser registry: the one home of every search default."""
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Optional
 
 import torch
 
 from ..errors import ConfigError
+from ..ranges import AtLeastTwo, NonNegativeInt, PositiveFloat, PositiveInt, Seed, check_fields
 from ..seeding import resolve_seed
 from .base import EvolutionStrategy
 from .snes import SNES
@@ -57,23 +57,22 @@ class SearchSettings:
     """
 
     optimizer: Literal["snes", "xnes"] = "snes"
-    max_evaluations: int = 0
-    max_time: Optional[float] = None
-    popsize: Optional[int] = 8
-    sigma: float = 0.5
+    max_evaluations: NonNegativeInt = 0
+    max_time: Optional[PositiveFloat] = None
+    popsize: Optional[AtLeastTwo] = 8
+    sigma: PositiveFloat = 0.5
     parametrization: Literal["log", "linear"] = "log"
-    seed: Optional[int] = None
-    num_images: int = 1000
-    batch_size: int = 64
-    pca_components: int = 192
+    seed: Optional[Seed] = None
+    num_images: PositiveInt = 1000
+    batch_size: PositiveInt = 64
+    pca_components: PositiveInt = 192
     sparsity_pairs: list[tuple[float, float]] = field(default_factory=lambda: [tuple(p) for p in DEFAULT_SPARSITY_PAIRS])
     initial_range: tuple[float, float] = (1.0, 1.0)
 
     def __post_init__(self) -> None:
         self.seed = resolve_seed(self.seed)
-        problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in
-                    (("max_evaluations", 0), ("num_images", 1), ("batch_size", 1), ("pca_components", 1))
-                    if getattr(self, name) < low]
+        check_fields(self, "search")
+        problems = []
         if self.pca_components > self.num_images >= 1:
             problems.append(f"pca_components {self.pca_components} exceeds num_images {self.num_images} (a PCA of N "
                             f"images has at most N components); lower pca_components or raise num_images")
@@ -81,12 +80,6 @@ class SearchSettings:
             problems.append(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.parametrization not in ("log", "linear"):
             problems.append(f"parametrization must be 'log' or 'linear', got {self.parametrization!r}")
-        if self.max_time is not None and not self.max_time > 0:
-            problems.append(f"max_time must be a positive number of seconds (or null), got {self.max_time}")
-        if self.popsize is not None and self.popsize < 2:
-            problems.append(f"popsize must be >= 2 (or null for the default), got {self.popsize}")
-        if not (self.sigma > 0 and math.isfinite(self.sigma)):
-            problems.append(f"sigma must be a positive number, got {self.sigma}")
         if not self.sparsity_pairs:
             problems.append("sparsity_pairs must hold at least one (mlp_ratio, head_ratio) pair")
         if self.parametrization == "log" and min(self.initial_range) <= 0:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from snapvit_pl.cli import main as snapvit_pl_main
+from snapvit_pl.cli.common import configs_first
 from snapvit_pl.cli.evaluate import main as evaluate_main
 from snapvit_pl.cli.extract import main as extract_main
 from snapvit_pl.cli.prune import prune_main
@@ -55,10 +56,15 @@ def test_an_unknown_key_in_a_config_is_still_refused(tmp_path, capsys):
 def test_verbose_takes_true_false_or_nothing(tiny_prune_args, capsys):
     bad = [*tiny_prune_args, "--export.budgets=[{flop: 0.5}]"]
     assert prune_main([*bad, "--verbose", "false"]) == 2
-    assert capsys.readouterr().err.startswith("error: unknown budget key 'flop'")
+    assert capsys.readouterr().err.startswith("error: --export.budgets: unknown budget key 'flop'")
     for verbose in (["--verbose", "true"], ["--verbose=true"], ["--verbose"]):
-        with pytest.raises(PruningSpecError, match="did you mean 'flops'"):  # the traceback: the error is raised
+        with pytest.raises(ConfigError, match="did you mean 'flops'") as raised:  # the traceback
             prune_main([*bad, *verbose])
+        causes, err = [], raised.value
+        while err is not None:
+            causes.append(type(err))
+            err = err.__cause__ or err.__context__
+        assert PruningSpecError in causes  # the budget's own refusal, where it was raised
     assert prune_main([*tiny_prune_args, "--verbose=maybe"]) == 2
     assert "--verbose takes true or false" in capsys.readouterr().err
 
@@ -103,3 +109,41 @@ def test_every_command_prints_its_config_and_takes_it_back(command, options, tmp
     with pytest.raises(SystemExit):
         snapvit_pl_main([command, "--config", str(tmp_path / "config.yaml"), "--print_config"])
     assert capsys.readouterr().out == printed
+
+
+def test_options_before_a_config_override_it(capsys):
+    """Wherever an option stands, it overrides every ``--config`` (jsonargparse would read it first and let the
+    config win, or refuse ``--data.init_args.*`` before the config names the data class)."""
+    for argv in (["--data.init_args.root=/data/x", "--config", str(DINO)], ["--config", str(DINO), "--data.init_args.root=/data/x"]):
+        with pytest.raises(SystemExit):
+            evaluate_main([*argv, "--checkpoint", "runs/x/models/flops0.5", "--print_config"])
+        assert _printed(capsys)["data"]["init_args"]["root"] == "/data/x"
+    assert configs_first(["fit", "--model.lr=1", "-c", "a.yaml", "--x", "1", "--config=b.yaml"]) == \
+        ["fit", "-c", "a.yaml", "--config=b.yaml", "--model.lr=1", "--x", "1"]
+
+
+def test_extract_takes_a_pruning_runs_config_as_its_help_says(tiny_prune_args, tmp_path, capsys):
+    """The help's example: ``extract --config <run>/config.yaml --scores ...``; the run's export section holds
+    prune.py's split settings, which extract does not have (left out, as whole sections are)."""
+    assert prune_main([*tiny_prune_args, "--data.init_args.max_samples=32", "--search.max_evaluations=0"]) == 0
+    run = tmp_path / "run"
+    capsys.readouterr()
+    assert extract_main(["--config", str(run / "config.yaml"), "--scores", str(run / "elastic_scores.safetensors"),
+                         "--out_dir", str(tmp_path / "cut"), "--export.budgets=[{sparsity: 0.45}]"]) == 0
+    assert (tmp_path / "cut" / "sparsity0.45").is_dir() and "sparsity0.45" in capsys.readouterr().out
+    bad = tmp_path / "extract.yaml"  # an extract config of its own still may not hold keys extract has not
+    bad.write_text("export:\n  split: fitness\n")
+    assert extract_main(["--config", str(bad), "--scores", "s", "--out_dir", str(tmp_path / "x")]) == 2
+    assert "split" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("group, error", [
+    ("--search={num_images: abc}", "--search.num_images: expected an integer, got 'abc'"),
+    ("--search={bogus: 1}", "--search.bogus: no such option"),
+    ("--export={split_step: 2}", "--export.split_step: 2 is out of range: must be > 0 and < 1"),
+])
+def test_a_group_given_whole_is_checked_key_by_key(tiny_prune_args, tmp_path, capsys, group, error):
+    assert prune_main([*tiny_prune_args, group]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {error}") and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()

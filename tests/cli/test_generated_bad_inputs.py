@@ -26,6 +26,7 @@ from families import FAMILIES, random_elastic_scores, random_subnet
 from snapvit_pl.cli import main
 from snapvit_pl.data import find_fashion_mnist
 from snapvit_pl.errors import SnapViTError
+from snapvit_pl.ranges import bounds, range_types
 from snapvit_pl.models import BackboneSpec, fingerprint, load_backbone, prune_, save_pruned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +84,16 @@ def bad_values(option: str, hint: Any) -> list[tuple[str, str]]:
     """``(value, kind)`` that ``option`` of type ``hint`` must refuse."""
     hint = _unwrap(hint)
     origin = typing.get_origin(hint)
-    if option in ANY_VALUE or option.split(".")[-1] == "seed":  # every integer is a seed
+    if option in ANY_VALUE:
+        return []
+    limits = bounds(hint)  # a constrained number type (snapvit_pl.ranges): a value just past each bound
+    if limits:
+        integer = issubclass(range_types(hint)[0], int)
+        step = 1 if integer else 0.5
+        past = {">": lambda b: b, ">=": lambda b: b - step, "<": lambda b: b, "<=": lambda b: b + step}
+        values = [("abc", "type")] + ([("1.5", "type")] if integer else [("nan", "domain")])
+        return values + [(str(past[op](bound)), "domain") for op, bound in limits]
+    if option.split(".")[-1] == "seed":  # a seed without a declared range: every integer
         return []
     if hint is bool:
         return [("maybe", "type")]

@@ -63,9 +63,9 @@ def test_snapshots_continue_one_search(setup):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(max_evaluations=-5), "max_evaluations must be >= 0"),
-    (dict(popsize=1), "popsize must be >= 2"),
-    (dict(sigma=0.0), "sigma must be a positive number"),
+    (dict(max_evaluations=-5), "search.max_evaluations must be an integer >= 0, got -5"),
+    (dict(popsize=1), "search.popsize must be an integer >= 2, got 1"),
+    (dict(sigma=0.0), "search.sigma must be a number > 0, got 0.0"),
     (dict(sparsity_pairs=[]), "at least one"),
 ])
 def test_bad_settings_are_refused(kwargs, message):
