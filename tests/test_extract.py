@@ -26,7 +26,10 @@ def test_extracts_every_budget_with_the_runs_rounding_and_splits(scores_file, tm
     assert code == 0, capsys.readouterr().err
     half, record = load_pruned(tmp_path / "out" / "flops0.5")
     assert count_flops(half) <= 0.5 * count_flops(dense) and record["extra"]["budget"] == {"flops": 0.5}
-    assert record["extra"]["head_ratio"] == pytest.approx(0.375)  # halfway between the recorded 0.4 and 0.6 splits
+    # asked of the ranking: halfway between the recorded 0.4 and 0.6 splits; recorded: the share the saved model lost
+    assert record["extra"]["requested_head_ratio"] == pytest.approx(0.375)
+    dense_heads = sum(block.attn.num_heads for block in dense.blocks)
+    assert record["extra"]["head_ratio"] == pytest.approx(1 - sum(record["heads"]) / dense_heads)
     assert all(width % 4 == 0 for width in record["mlp_hidden"])  # the run's mlp_multiple
     assert load_pruned(tmp_path / "out" / "mlp0.35_head0.25")[1]["extra"]["head_ratio"] == 0.25
     assert "flops0.5" in capsys.readouterr().out

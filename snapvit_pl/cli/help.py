@@ -111,6 +111,11 @@ def prune_help(argv: Sequence[str], default_config: Path, usage: str, descriptio
     return first_screen(argv, default_config, usage, description, epilog) + load_options()["text"]
 
 
+#: seed_everything's help line: the seed policy (snapvit_pl.seeding), not Lightning's generic text.
+SEED_HELP = ("the root seed (true: a random one, false: none); every seed left unset (data.init_args.seed, "
+             "importance.scorer.init_args.seed, search.seed, model.seed) takes its value, one given is kept")
+
+
 # -- rendering the full list from the parser (python -m snapvit_pl.cli.options) --------------------------------------
 _SKIPPED_ACTIONS = ("_HelpAction", "_ActionConfigLoad", "_ActionHelpClassPath", "_ActionPrintConfig", "ActionLink")
 
@@ -218,7 +223,8 @@ def render_options(parser: Any) -> dict[str, Any]:
                 kinds[action.dest] = kind
                 if bounds(getattr(action, "_typehint", None)):
                     ranges[action.dest] = bounds(action._typehint)
-            lines += _entry(action.dest, getattr(action, "_typehint", None), action.default, action.help)
+            lines += _entry(action.dest, getattr(action, "_typehint", None), action.default,
+                            SEED_HELP if action.dest == "seed_everything" else action.help)
             if action.dest == "importance.scorer":
                 lines += [f"    {OutputSensitivity.__name__}'s arguments (--importance.scorer.help CLASS: another's):"]
                 lines += _class_entries(OutputSensitivity, "importance.scorer.init_args")

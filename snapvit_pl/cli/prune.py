@@ -136,15 +136,14 @@ def pruning_strategy(strategy: Any, accelerator: Any, devices: Any, num_nodes: i
 #: logging) around one pass over its data, so every other ``--trainer`` option is refused (:func:`check_trainer_options`).
 LAUNCHER_OPTIONS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "plugins", "logger",
                     "default_root_dir", "enable_progress_bar", "deterministic", "benchmark")
+_FEWER_IMAGES = "to score fewer images set --data.init_args.max_samples"
+_ONE_PASS = "the importance pass is one pass over --data.init_args.max_samples images"
 #: A refused Trainer option -> what to set instead.
 _INSTEAD = {
-    "limit_train_batches": "to score fewer images set --data.init_args.max_samples",
-    "overfit_batches": "to score fewer images set --data.init_args.max_samples",
-    "fast_dev_run": "for a quick run add --config configs/prune/quick.yaml (fewer images, a short search) or --data.init_args.max_samples",
-    "max_steps": "to score fewer images set --data.init_args.max_samples",
-    "max_epochs": "the importance pass is one pass over --data.init_args.max_samples images",
-    "min_epochs": "the importance pass is one pass over --data.init_args.max_samples images",
-    "min_steps": "the importance pass is one pass over --data.init_args.max_samples images",
+    "limit_train_batches": _FEWER_IMAGES, "overfit_batches": _FEWER_IMAGES, "max_steps": _FEWER_IMAGES,
+    "fast_dev_run": "for a quick run add --config configs/prune/quick.yaml (fewer images, a short search) or "
+                    "--data.init_args.max_samples",
+    "max_epochs": _ONE_PASS, "min_epochs": _ONE_PASS, "min_steps": _ONE_PASS,
     "max_time": "to bound the search's time set --search.max_time",
     "accumulate_grad_batches": "nothing is optimised, so nothing accumulates",
     "use_distributed_sampler": "each process reads its own un-padded share of the images",
@@ -158,12 +157,12 @@ def check_trainer_options(trainer: Any, defaults: Any) -> None:
     Raises:
         ConfigError: one line naming the option.
     """
-    for key in sorted(dict(trainer.items()) if hasattr(trainer, "items") else trainer):
+    for key, value in sorted(dict(trainer.items()).items()):
         top = key.split(".")[0]
-        if top in LAUNCHER_OPTIONS or trainer.get(key) == defaults.get(key):
+        if top in LAUNCHER_OPTIONS or value == defaults.get(key):
             continue
         instead = _INSTEAD.get(top, "leave it unset")
-        raise ConfigError(f"--trainer.{key} {trainer.get(key)!r}: a pruning run trains nothing and honours only "
+        raise ConfigError(f"--trainer.{key} {value!r}: a pruning run trains nothing and honours only "
                           f"--trainer.{{{', '.join(LAUNCHER_OPTIONS[:5])}, ...}}; {instead}")
     devices = trainer.get("devices")
     if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():

@@ -261,7 +261,8 @@ class _SelfDistillation:
 
 
 class SSLFisher(_SelfDistillation, GradientScorer):
-    """SnapViT's local term: Fisher of the label-free self-distillation loss (the default scorer).
+    """SnapViT's local term: Fisher of the label-free self-distillation loss (SnapViT's scorer; the project's default is
+    :class:`snapvit_pl.scoring.OutputSensitivity`).
 
     Args:
         n_global: leading views of each multi-crop sample that are global crops (teacher inputs); None (default):
