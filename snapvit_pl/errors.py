@@ -73,6 +73,13 @@ def _size(num_bytes: float) -> str:
     return ""
 
 
+def field_error(source: object, field: str, found: object, allowed: str, fix: str = "") -> "CheckpointError":
+    """The one error of a file's field that breaks its schema: the file, the field, what was found (shortened) and
+    what is allowed, then the fix."""
+    shown = repr(found) if len(repr(found)) <= 60 else repr(found)[:57] + "..."
+    return CheckpointError(f"{source}: {field} is {shown}, expected {allowed}{'; ' + fix if fix else ''}")
+
+
 def config_error(err: BaseException, command: str) -> "ConfigError":
     """A configuration parser's (jsonargparse) error as one line: the deepest key named and why it was refused."""
     import re

@@ -16,8 +16,6 @@ from typing import Any, Callable, Iterator, Optional
 
 from .errors import CheckpointError, ConfigError, SnapViTError, storage_error
 
-from .errors import CheckpointError
-
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -155,6 +153,22 @@ def _is_tensor(value: Any) -> bool:
 def with_checksum(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with its :func:`content_digest` added under :data:`CHECKSUM_KEY`."""
     return {**data, CHECKSUM_KEY: content_digest(data)}
+
+
+def check_version(version: Any, current: int, path: str | os.PathLike, fix: str) -> None:
+    """Refuse a file whose format version is not ``current``: a newer one (upgrade snapvit-pl), an older one (its
+    checks are not this version's: no older format is read without them; ``fix`` rewrites the file), or none.
+
+    Raises:
+        CheckpointError: naming ``path``, the version found and the fix.
+    """
+    if isinstance(version, int) and not isinstance(version, bool) and version > current:
+        raise CheckpointError(f"{path} has format version {version}, newer than this snapvit-pl reads ({current}); "
+                              "upgrade snapvit-pl to read it")
+    if version != current or isinstance(version, bool):
+        found = "no format version" if version is None else f"format version {version!r}"
+        raise CheckpointError(f"{path} has {found}; this snapvit-pl reads version {current} only (older files lack "
+                              f"its checksums); {fix}")
 
 
 def verify_checksum(data: dict[str, Any], path: str | os.PathLike, fix: str, required: bool = True) -> dict[str, Any]:

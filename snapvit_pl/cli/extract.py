@@ -74,7 +74,8 @@ def _extract(argv: list[str]) -> int:
                           "without spec=); give --model.model_name (and --model.checkpoint_path), or cut models in "
                           "Python with scores.extract(model, ...)")
     recorded = scores.base or {"model_name": args.model.model_name}
-    spec = BackboneSpec.from_dict({**recorded, **{k: v for k, v in dict(args.model.items()).items() if v is not None}})
+    spec = BackboneSpec.from_dict({**recorded, **{k: v for k, v in dict(args.model.items()).items() if v is not None}},
+                                  f"{args.scores} (with the --model overrides)")
     export = ExportSettings(**{k: args.export[k] for k in _EXPORT_FIELDS},
                             mlp_multiple=args.export.mlp_multiple or scores.mlp_multiple)
     if export.latency_table is None:

@@ -17,9 +17,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from ..errors import CheckpointError
-from ..io import CHECKSUM_KEY, atomic_path, content_digest, verify_checksum
-from ..models.loading import UNREADABLE_CHECKPOINT, fingerprint
+from ..errors import CheckpointError, field_error
+from ..io import CHECKSUM_KEY, atomic_path, check_version, content_digest, verify_checksum
+from ..models.loading import UNREADABLE_CHECKPOINT, check_spec, fingerprint
 from ..models.surgery import prune_
 from ..errors import PruningSpecError
 from ..models.units import Subnet, prunable_blocks
@@ -209,43 +209,60 @@ class ElasticScores:
                 metadata = f.metadata() or {}
                 tensors = {k: f.get_tensor(k) for k in f.keys()}
             header = json.loads(metadata.get("snapvit", "null"))
-        except (*UNREADABLE_CHECKPOINT, json.JSONDecodeError) as err:
-            raise CheckpointError(f"{path} is not a readable elastic-scores file ({err}); {fix}") from err
+        except (*UNREADABLE_CHECKPOINT, json.JSONDecodeError, RecursionError) as err:
+            reason = "nested too deeply" if isinstance(err, RecursionError) else err
+            raise CheckpointError(f"{path} is not a readable elastic-scores file ({reason}); {fix}") from None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise CheckpointError(f"{path} is not a snapvit-pl elastic-scores file (format != {FORMAT!r})")
-        version = header.get("version", 1)
-        if not isinstance(version, int) or version > VERSION:
-            raise CheckpointError(f"{path} has version {version}; upgrade snapvit-pl to read it")
-        # versions 1-2 wrote no checksum; one present is always checked (a damaged version number too)
+        check_version(header.get("version"), VERSION, path, fix)
         recorded = {CHECKSUM_KEY: header.pop(CHECKSUM_KEY)} if CHECKSUM_KEY in header else {}
-        verify_checksum({"header": header, "tensors": tensors, **recorded}, path, fix, required=version >= 3)
+        verify_checksum({"header": header, "tensors": tensors, **recorded}, path, fix)
+        check_header(header, tensors, path)
         n = header["num_blocks"]
-        try:
-            heads, neurons = [tensors[f"heads.{b}"] for b in range(n)], [tensors[f"neurons.{b}"] for b in range(n)]
-        except KeyError as err:
-            raise CheckpointError(f"{path} lacks tensor {err}; the file is incomplete, re-run prune.py") from err
-        splits = header.get("splits") or {}
-        splits = SplitTable.from_dict(splits) if header.get("version", 1) >= 2 else _splits_by_label(splits)
+        heads, neurons = [tensors[f"heads.{b}"] for b in range(n)], [tensors[f"neurons.{b}"] for b in range(n)]
+        splits = SplitTable.from_dict(header.get("splits"))
         return cls(
             heads, neurons, tensors.get("coefficients"), header["base"], header["fingerprint"],
             header["min_mlp_keep"], header["min_head_keep"], header.get("settings", {}), header.get("search", {}), splits,
         )
 
 
-def _splits_by_label(splits: dict[str, float]) -> SplitTable:
-    """Version 1 splits (``{"sparsity0.4": 0.25, "flops0.5": 0.1}``) as a table; labels of absolute counts are
-    dropped (their kept fraction needs the dense cost)."""
-    table = SplitTable()
-    for label, head_ratio in splits.items():
-        for metric in ("sparsity", "params", "flops"):
-            if label.startswith(metric):
-                try:
-                    value = float(label[len(metric):])
-                except ValueError:
-                    break
-                if metric == "sparsity":
-                    table.add("params", 1.0 - value, head_ratio)
-                elif value <= 1.0:
-                    table.add(metric, value, head_ratio)
-                break
-    return table
+#: The header fields of an elastic-scores file and their kinds (:func:`check_header`).
+_HEADER_FIELDS = {"format": str, "version": int, "base": (dict, type(None)), "fingerprint": (str, type(None)),
+                  "num_blocks": int, "min_mlp_keep": (int, float), "min_head_keep": (int, float), "settings": dict,
+                  "search": dict, "splits": dict}
+MAX_BLOCKS = 1024
+
+
+def check_header(header: dict[str, Any], tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """The schema of an elastic-scores file: the header's fields and kinds, the base model's spec, keep ratios in
+    [0, 1], one finite 1-D score vector per block for heads and for neurons (and an optional 1-D coefficient
+    vector), splits as (kept fraction, head ratio) pairs in [0, 1]; one :class:`CheckpointError` naming the file and
+    the field."""
+    def refuse(field: str, found: Any, allowed: str) -> None:
+        raise field_error(path, field, found, allowed, "re-run prune.py to rewrite it")
+
+    for key, kind in _HEADER_FIELDS.items():
+        value = header.get(key)
+        if key not in header or not isinstance(value, kind) or (isinstance(value, bool) and key != "format"):
+            refuse(key, value, f"a {kind.__name__ if isinstance(kind, type) else ' or '.join(k.__name__ for k in kind)}")
+    if header["base"]:
+        check_spec(header["base"], str(path))
+    n = header["num_blocks"]
+    if not 1 <= n <= MAX_BLOCKS:
+        refuse("num_blocks", n, f"an integer in [1, {MAX_BLOCKS}]")
+    for key in ("min_mlp_keep", "min_head_keep"):
+        if not 0 <= header[key] <= 1:
+            refuse(key, header[key], "a number in [0, 1]")
+    expected = {f"{kind}.{b}" for kind in ("heads", "neurons") for b in range(n)}
+    if not expected <= set(tensors) or not set(tensors) <= expected | {"coefficients"}:
+        refuse("tensors", sorted((set(tensors) ^ expected) - {"coefficients"})[:4],
+               f"heads.0 .. heads.{n - 1} and neurons.0 .. neurons.{n - 1} (and coefficients)")
+    for name, tensor in tensors.items():
+        if tensor.ndim != 1 or not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
+            refuse(f"tensor {name}", f"{tensor.dtype} of shape {tuple(tensor.shape)}", "a finite 1-D float vector")
+    for metric, pairs in header["splits"].items():
+        if metric not in ("params", "flops") or not isinstance(pairs, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                           and 0 <= v <= 1 for v in p) for p in pairs):
+            refuse(f"splits.{metric}", pairs, "params / flops: [kept fraction, head ratio] pairs in [0, 1]")

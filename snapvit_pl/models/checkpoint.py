@@ -21,10 +21,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..device import resolve_device
-from ..errors import CheckpointError, ConfigError, SnapViTError
-from ..io import atomic_path, sha256_file, verify_checksum, with_checksum
+from ..errors import CheckpointError, ConfigError, SnapViTError, field_error
+from ..io import atomic_path, check_version, sha256_file, verify_checksum, with_checksum
 from .hub import CHECKPOINT_FILES, download_pruned
-from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, check_finite, load_backbone
+from .loading import HUB_PREFIX, UNREADABLE_CHECKPOINT, BackboneSpec, check_finite, check_spec, load_backbone
 from .surgery import architecture, prune_
 from .units import Subnet
 
@@ -95,19 +95,57 @@ def read_record(path: str | Path) -> dict[str, Any]:
         )
     try:
         record = json.loads(record_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{record_path} is not valid JSON ({err}); re-export the checkpoint") from err
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise CheckpointError(f"{record_path} is not valid JSON ({reason}); re-export the checkpoint") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise CheckpointError(f"{record_path} is not a snapvit-pl pruned-model record (format != {FORMAT!r})")
-    version = record.get("version", 0)
-    if not isinstance(version, int) or version > VERSION:
-        raise CheckpointError(f"{record_path} has version {version}; upgrade snapvit-pl to read it")
-    # version 1 wrote no checksum of the record; one present is always checked (a damaged version number too)
-    record = verify_checksum(record, record_path, "re-export the checkpoint", required=version >= 2)
-    for key in ("base", "heads", "mlp_hidden", *(("weights_sha256",) if version >= 2 else ())):
-        if key not in record:
-            raise CheckpointError(f"{record_path} lacks '{key}'; re-export the checkpoint")
+    check_version(record.get("version"), VERSION, record_path, "re-export the checkpoint from its elastic scores "
+                  "(snapvit-pl extract)")
+    record = verify_checksum(record, record_path, "re-export the checkpoint")
+    check_record(record, record_path)
     return record
+
+
+#: Bounds of a record's per-block widths (a sanity check before any model is built).
+MAX_BLOCKS, MAX_HEADS, MAX_MLP_HIDDEN = 1024, 1024, 1 << 20
+
+
+def check_record(record: dict[str, Any], source: Path) -> None:
+    """The schema of ``architecture.json``: the base model's spec (:func:`snapvit_pl.models.loading.check_spec`),
+    ``heads`` and ``mlp_hidden`` as one non-negative integer per block, ``kept_heads`` (optional) as distinct head
+    indices per block, ``weights_sha256`` a digest; one :class:`CheckpointError` naming the file and the field."""
+    def refuse(field: str, found: Any, allowed: str) -> None:
+        raise field_error(source, field, found, allowed, "re-export the checkpoint")
+
+    for key in ("base", "heads", "mlp_hidden", "weights_sha256"):
+        if key not in record:
+            raise CheckpointError(f"{source} lacks '{key}'; re-export the checkpoint")
+    check_spec(record["base"], str(source))
+    blocks = None
+    for key, high in (("heads", MAX_HEADS), ("mlp_hidden", MAX_MLP_HIDDEN)):
+        widths = record[key]
+        if not isinstance(widths, list) or not 1 <= len(widths) <= MAX_BLOCKS or not all(
+                _is_int(w) and 0 <= w <= high for w in widths):
+            refuse(key, widths, f"a list of 1 to {MAX_BLOCKS} integers in [0, {high}], one per block")
+        if blocks is not None and len(widths) != blocks:
+            refuse(key, widths, f"{blocks} entries, one per block (as heads)")
+        blocks = len(widths)
+    kept = record.get("kept_heads")
+    if kept is not None and (not isinstance(kept, list) or len(kept) != blocks or not all(
+            isinstance(b, list) and len(b) == n and len(set(map(str, b))) == n and all(_is_int(i) and 0 <= i < MAX_HEADS
+                                                                                    for i in b)
+            for b, n in zip(kept, record["heads"]))):
+        refuse("kept_heads", kept, "per block, the distinct indices of its kept heads (as many as heads says)")
+    digest = record["weights_sha256"]
+    if not isinstance(digest, str) or len(digest) != 64:
+        refuse("weights_sha256", digest, "the weights file's sha256 (64 hex digits)")
+    if not isinstance(record.get("extra", {}), dict):
+        refuse("extra", record.get("extra"), "a mapping")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def verify_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -122,7 +160,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     weights = path / WEIGHTS
     if not weights.is_file():
         raise CheckpointError(f"{weights} not found; the checkpoint directory is incomplete, re-export it")
-    if record.get("weights_sha256") and sha256_file(weights) != record["weights_sha256"]:
+    if sha256_file(weights) != record["weights_sha256"]:
         raise CheckpointError(
             f"{weights} does not match the checksum in {path / RECORD} (truncated, modified or from another run); "
             "re-export the checkpoint"
@@ -159,7 +197,7 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
     path = Path(path)
     record = verify_checkpoint(path)
     weights = path / WEIGHTS
-    model = load_backbone(BackboneSpec.from_dict(record["base"]).architecture_only())
+    model = load_backbone(BackboneSpec.from_dict(record["base"], str(path / RECORD)).architecture_only())
     try:
         prune_(model, Subnet.from_counts(record["heads"], record["mlp_hidden"]))
     except SnapViTError as err:

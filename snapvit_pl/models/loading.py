@@ -13,7 +13,7 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 
-from ..errors import CheckpointError, ConfigError, UnsupportedModelError
+from ..errors import CheckpointError, ConfigError, UnsupportedModelError, field_error
 from ..io import weights_file
 from ..ranges import Seed
 
@@ -58,9 +58,11 @@ class BackboneSpec:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BackboneSpec":
-        """Inverse of :meth:`to_dict`."""
-        kwargs = {k: _decode(v) for k, v in (data.get("model_kwargs") or {}).items()}
+    def from_dict(cls, data: dict[str, Any], source: str = "the base model's spec") -> "BackboneSpec":
+        """Inverse of :meth:`to_dict`, after checking ``data`` against the spec's schema (:func:`check_spec`;
+        ``source`` names the file it was read from in the error)."""
+        check_spec(data, source)
+        kwargs = {k: _decode(v, f"{source}: base.model_kwargs.{k}") for k, v in (data.get("model_kwargs") or {}).items()}
         return cls(data["model_name"], data.get("pretrained", False), data.get("checkpoint_path"), kwargs,
                    data.get("seed"))
 
@@ -97,12 +99,59 @@ def _encode(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _decode(value: Any) -> Any:
+#: Where the layer classes a recorded spec names may come from (files the tool wrote name no other code).
+LAYER_MODULES = ("timm", "torch.nn")
+#: Bounds of the numeric architecture arguments a recorded spec may hold (a sanity check before timm builds it).
+ARCHITECTURE_BOUNDS = {"depth": (1, 1024), "embed_dim": (1, 65536), "num_heads": (1, 1024), "img_size": (1, 16384),
+                       "patch_size": (1, 4096), "in_chans": (1, 1024), "num_classes": (0, 1_000_000),
+                       "mlp_ratio": (0, 64), "reg_tokens": (0, 1024)}
+_SPEC_FIELDS = {"model_name": str, "pretrained": bool, "checkpoint_path": (str, type(None)), "model_kwargs": dict,
+                "seed": (int, type(None))}
+
+
+def check_spec(data: Any, source: str) -> None:
+    """The schema of a recorded :class:`BackboneSpec`: its fields and their types, the numeric architecture
+    arguments within :data:`ARCHITECTURE_BOUNDS`, layer classes only from :data:`LAYER_MODULES`.
+
+    Raises:
+        CheckpointError: one line naming ``source``, the field, what was found and what is allowed.
+    """
+    def refuse(field: str, found: Any, allowed: str) -> None:
+        raise field_error(source, field, found, allowed)
+
+    if not isinstance(data, dict):
+        refuse("the base model", data, "a mapping of model_name, pretrained, checkpoint_path, model_kwargs")
+    for key, value in data.items():
+        kind = _SPEC_FIELDS.get(key)
+        if kind is None:
+            refuse(f"base.{key}", value, f"one of the fields {', '.join(_SPEC_FIELDS)}")
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            refuse(f"base.{key}", value, {str: "a string", bool: "true or false", dict: "a mapping"}.get(
+                kind, "a string or null" if key == "checkpoint_path" else "an integer or null"))
+    if not data.get("model_name"):
+        refuse("base.model_name", data.get("model_name"), "a timm model name")
+    for key, value in (data.get("model_kwargs") or {}).items():
+        low, high = ARCHITECTURE_BOUNDS.get(key, (None, None))
+        if high is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                not low <= value <= high:
+            refuse(f"base.model_kwargs.{key}", value, f"a number in [{low}, {high}]")
+        if isinstance(value, dict) and "class_path" in value:
+            path = value["class_path"]
+            if set(value) != {"class_path"} or not isinstance(path, str) or not any(
+                    path.startswith(module + ".") for module in LAYER_MODULES):
+                refuse(f"base.model_kwargs.{key}", value, f"a layer class of {' or '.join(LAYER_MODULES)}")
+
+
+def _decode(value: Any, field: str) -> Any:
     if isinstance(value, dict) and set(value) == {"class_path"}:
         module, _, name = value["class_path"].rpartition(".")
-        if not (module == "timm" or module.startswith("timm.")):
-            raise CheckpointError(f"refusing to import {value['class_path']}: only timm layer classes may be named")
-        return getattr(importlib.import_module(module), name)
+        if not any(module == m or module.startswith(m + ".") for m in LAYER_MODULES):
+            raise CheckpointError(f"{field}: refusing to import {value['class_path']}: only timm and torch.nn layer "
+                                  "classes may be named")
+        layer = getattr(importlib.import_module(module), name, None)
+        if not (isinstance(layer, type) and issubclass(layer, torch.nn.Module)):
+            raise CheckpointError(f"{field}: {value['class_path']} is not a layer class")
+        return layer
     return value
 
 
@@ -160,7 +209,7 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
         raise UnsupportedModelError(
             f"unknown timm model '{spec.model_name}'; check the name with timm.list_models() (similar: {close})"
         )
-    kwargs = {k: _decode(v) for k, v in spec.model_kwargs.items()}
+    kwargs = {k: _decode(v, f"model.model_kwargs.{k}") for k, v in spec.model_kwargs.items()}
     if spec.checkpoint_path is not None:
         kwargs["checkpoint_path"] = str(weights_file(spec.checkpoint_path))  # timm loads it strictly, head included
     from_hub = spec.model_name.startswith(HUB_PREFIX) or (spec.pretrained and spec.checkpoint_path is None)

@@ -150,3 +150,55 @@ def test_a_scores_file_without_its_checksum_is_refused(tmp_path):
     save_file(tensors, str(path), metadata={"snapvit": json.dumps(header)})
     with pytest.raises(CheckpointError, match="carries no checksum"):
         ElasticScores.load(path)
+
+
+def _rewrite(path, edit_header=None, edit_tensors=None, seal=True):
+    """Rewrite a scores file's header / tensors, sealing it again with its checksum (someone who can edit it)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from snapvit_pl.io import CHECKSUM_KEY, content_digest
+
+    with safe_open(str(path), framework="pt") as f:
+        header, tensors = json.loads(f.metadata()["snapvit"]), {k: f.get_tensor(k) for k in f.keys()}
+    header.pop(CHECKSUM_KEY)
+    (edit_header or (lambda h: None))(header)
+    (edit_tensors or (lambda t: None))(tensors)
+    if seal:
+        header[CHECKSUM_KEY] = content_digest({"header": header, "tensors": tensors})
+    save_file(tensors, str(path), metadata={"snapvit": json.dumps(header)})
+
+
+@pytest.fixture
+def scores_path(tmp_path):
+    path = tmp_path / "scores.safetensors"
+    scores = _elastic(load_backbone(FAMILIES["dino_vit"]))
+    scores.base = FAMILIES["dino_vit"].to_dict()
+    return scores.save(path)
+
+
+def test_a_downgraded_scores_file_is_refused(scores_path):
+    """Negated scores marked version 1 without a checksum once cut other models with exit 0."""
+    def downgrade(header):
+        header["version"] = 1
+
+    _rewrite(scores_path, downgrade, lambda t: t.update({k: -v for k, v in t.items()}), seal=False)
+    with pytest.raises(CheckpointError, match="format version 1; this snapvit-pl reads version 3 only"):
+        ElasticScores.load(scores_path)
+
+
+@pytest.mark.parametrize("edit_header, edit_tensors, field", [
+    (lambda h: h.pop("num_blocks"), None, "num_blocks is None"),
+    (lambda h: h.update(base="vit"), None, "base is 'vit'"),
+    (lambda h: h.update(splits={"flops": [[0.5]]}), None, "splits.flops"),
+    (lambda h: h.update(splits={"latency": [[0.5, 0.2]]}), None, "splits.latency"),
+    (lambda h: h.update(version="3"), None, "format version '3'"),
+    (lambda h: h.update(min_mlp_keep=2.0), None, "min_mlp_keep is 2.0"),
+    (None, lambda t: t.update({"heads.0": t["heads.0"].reshape(1, -1)}), "tensor heads.0"),
+    (None, lambda t: t.update({"neurons.1": torch.full_like(t["neurons.1"], float("nan"))}), "tensor neurons.1"),
+    (None, lambda t: t.pop("neurons.1"), "tensors is ['neurons.1']"),
+])
+def test_an_edited_scores_file_is_refused_naming_its_field(scores_path, edit_header, edit_tensors, field):
+    _rewrite(scores_path, edit_header, edit_tensors)
+    with pytest.raises(CheckpointError) as raised:
+        ElasticScores.load(scores_path)
+    assert str(scores_path) in str(raised.value) and field in str(raised.value)

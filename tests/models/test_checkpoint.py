@@ -175,3 +175,53 @@ def test_a_flipped_bit_in_the_weights_or_the_record_is_refused(saved):
                 continue
             state = model.state_dict()  # only a harmless flip (JSON white space) may load, and then unchanged
             assert all(torch.equal(state[k], reference[k]) for k in reference), (name, position)
+
+
+def test_a_downgraded_record_is_refused_not_read_without_its_checks(saved):
+    """Version 1 skipped the record's checksum: no older version is a way around the checks."""
+    record_path = saved / "architecture.json"
+    record = json.loads(record_path.read_text())
+    for version in (1, "2", True, None):
+        edited = {k: v for k, v in record.items() if k not in ("sha256", "weights_sha256")}
+        edited["version"] = version
+        record_path.write_text(json.dumps(edited))
+        with pytest.raises(CheckpointError, match="reads version 2 only .* re-export the checkpoint"):
+            load_pruned(saved)
+    record_path.write_text(json.dumps({**record, "version": 3}))
+    with pytest.raises(CheckpointError, match="newer than this snapvit-pl reads"):
+        load_pruned(saved)
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(mlp_hidden=[-5, 64]), "mlp_hidden is [-5, 64]"),
+    (dict(heads=["2", "3"]), "heads is ['2', '3']"),
+    (dict(heads=3), "heads is 3"),
+    (dict(heads=[10**13, 2]), "heads is [10000000000000, 2]"),
+    (dict(heads=[2]), "mlp_hidden is"),
+    (dict(kept_heads=[[0, 0], [1]]), "kept_heads"),
+    (dict(weights_sha256=None), "weights_sha256 is None"),
+    (dict(base="vit_tiny"), "the base model is 'vit_tiny'"),
+    (dict(base={"model_name": "vit_tiny_patch16_224", "model_kwargs": {"act_layer": {"class_path": "timm.layers.os"}}}),
+     "base.model_kwargs.act_layer"),
+    (dict(base={"model_name": "vit_tiny_patch16_224", "model_kwargs": {"act_layer": {"class_path": "this.x"}}}),
+     "a layer class of timm or torch.nn"),
+    (dict(base={"model_name": "vit_tiny_patch16_224", "model_kwargs": {"depth": 100000}}), "base.model_kwargs.depth"),
+    (dict(base={"model_name": "vit_tiny_patch16_224", "model_kwargs": {"embed_dim": -8}}),
+     "base.model_kwargs.embed_dim"),
+    (dict(base={"model_name": "vit_tiny_patch16_224", "pretrained": "yes"}), "base.pretrained is 'yes'"),
+    (dict(base={"model_name": "vit_tiny_patch16_224", "weights": 1}), "base.weights"),
+])
+def test_an_edited_record_is_refused_naming_its_field(saved, changes, field):
+    """Even with its checksum sealed again (someone who can edit the file), a record that breaks the schema is one
+    error naming the file and the field, before timm builds anything (nothing is imported from a named module)."""
+    _edit_record(saved, **changes)
+    with pytest.raises(CheckpointError) as raised:
+        load_pruned(saved)
+    message = str(raised.value)
+    assert str(saved / "architecture.json") in message and field in message and "\n" not in message
+
+
+def test_a_record_nested_too_deeply_is_refused(saved):
+    (saved / "architecture.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(CheckpointError, match="nested too deeply"):
+        load_pruned(saved)
