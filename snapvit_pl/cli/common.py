@@ -173,12 +173,15 @@ def read_config(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"--config {path} is not UTF-8 text (byte 0x{raw[err.start]:02x} on line {line}); save it "
                           "as UTF-8") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_strict_loader())
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" on line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"--config {path} is not valid YAML{where}: {problem}") from None
+    if _expanded_size(data) > MAX_CONFIG_NODES:
+        raise ConfigError(f"--config {path} expands to more than {MAX_CONFIG_NODES:,} values through its YAML aliases "
+                          "(&anchor / *alias); write the settings out")
     if data is None:
         raise ConfigError(f"--config {path} is empty; give a YAML mapping of settings (e.g. search: "
                           "{max_evaluations: 0})")
@@ -186,6 +189,43 @@ def read_config(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"--config {path} holds a {type(data).__name__}, not a mapping of settings; write it as "
                           "group: {key: value} lines (e.g. search: {max_evaluations: 0})")
     return text, data
+
+
+#: The most values a config may expand to through YAML aliases (a "billion laughs" file expands to 10^9).
+MAX_CONFIG_NODES = 100_000
+
+
+def _strict_loader():
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML would keep the last silently)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice in one mapping (YAML would keep the last)",
+                        key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return StrictLoader
+
+
+def _expanded_size(data: Any, limit: int = MAX_CONFIG_NODES) -> int:
+    """How many values ``data`` holds with every shared (aliased) part counted each time it is used; stops counting
+    past ``limit``."""
+    count, stack = 0, [data]
+    while stack and count <= limit:
+        value = stack.pop()
+        count += 1
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return count
 
 
 def help_formatter():

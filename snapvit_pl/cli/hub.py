@@ -31,6 +31,22 @@ def build_parser():
     return parser
 
 
+def check_repo_id(repo: str) -> None:
+    """Refuse what the Hub would not take as a model repository id (huggingface_hub's own rule, plus org/name)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    from ..errors import ConfigError
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as err:
+        raise ConfigError(f"--repo {repo!r} is not a Hub repository id ({str(err).split(':')[0]}); give org/name") \
+            from None
+    if repo.count("/") != 1:
+        raise ConfigError(f"--repo {repo!r} must be org/name (your user name or an organisation, then the model)")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the command line; returns the exit status."""
     return run_command(_hub, argv, "snapvit-pl hub")
@@ -44,8 +60,7 @@ def _hub(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     command = args.command
     options = args[command]
-    if "/" not in options.repo:
-        raise ConfigError(f"--repo {options.repo!r} must be org/name (your user name or an organisation, then the model)")
+    check_repo_id(options.repo)
     if command == "card":
         print(model_card(verify_checkpoint(options.checkpoint), options.repo))
         return 0

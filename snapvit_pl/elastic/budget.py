@@ -105,6 +105,8 @@ class Budget:
                 raise PruningSpecError(f"unknown budget key {key!r}{hint}; a budget takes {', '.join(BUDGET_KEYS)}: "
                                        f"{_EXAMPLES}")
             try:
+                if isinstance(raw, bool):  # YAML's true is not the number 1
+                    raise TypeError
                 fields[key] = float(raw)
             except (TypeError, ValueError):
                 raise PruningSpecError(f"budget {key}={raw!r} is not a number; {_EXAMPLES}") from None

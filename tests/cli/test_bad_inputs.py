@@ -66,6 +66,8 @@ PRUNE = [
     (["--out_dir=/sys/snapvit_run"], "cannot be created"),
     (["--out_dir=TMP/finished"], "already holds results"),
     (["--resume=TMP/empty"], "has no config.yaml"),
+    (["--config=TMP/twice.yaml"], "the key 'search' is given twice in one mapping"),
+    (["--export.budgets=[{flops: true}]"], "budget flops=True is not a number"),
 ]
 
 #: the other commands: (command, arguments, what the error line says, paths that must not exist afterwards)
@@ -99,6 +101,10 @@ OTHERS = [
                "--trainer.accelerator=gpu", "--trainer.default_root_dir=TMP/ft"],
      "the accelerator asked for is not on this machine", ["ft"]),
     ("prunne", [], "unknown command 'prunne'", []),
+    ("extract", ["--config=TMP/laughs.yaml", "--scores=TMP/scores.safetensors", "--out_dir=TMP/cut"],
+     "expands to more than 100,000 values through its YAML aliases", ["cut"]),
+    *[("hub", ["card", "--checkpoint=TMP/pruned", f"--repo={repo}"], "is not a Hub repository id", [])
+      for repo in ("../../etc", "a/b/c", "org/")],
 ]
 
 
@@ -114,6 +120,11 @@ def files(tmp_path):
         Image.fromarray(np.full((28, 28), 60 * i, np.uint8)).save(tmp_path / "unlabeled" / f"{i}.png")
     (tmp_path / "a_file").write_text("")
     (tmp_path / "bad.yaml").write_text("search:\n  max_evaluationz: 3\n")
+    (tmp_path / "twice.yaml").write_text("search:\n  num_images: 32\nsearch:\n  num_images: 64\n")
+    laughs = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']  # 9^9 values once expanded
+    for previous, name in zip("abcdefgh", "bcdefghi"):
+        laughs.append(f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]")
+    (tmp_path / "laughs.yaml").write_text("\n".join([*laughs, "export: {budgets: *i}"]) + "\n")
     (tmp_path / "finished").mkdir()
     (tmp_path / "finished" / "report.json").write_text("{}")
     spec = FAMILIES["dino_vit"]
