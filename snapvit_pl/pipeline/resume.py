@@ -40,6 +40,10 @@ def load_resume_state(run_dir: str | Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except UNREADABLE_CHECKPOINT as err:
+        if "weights_only" in str(err):  # torch refused a pickled object (its own text suggests running it)
+            raise CheckpointError(f"{path} holds pickled Python objects, which snapvit-pl never loads (they could run "
+                                  "code; prune.py writes tensors, numbers and strings only); start the run again "
+                                  "(another --out_dir)") from None
         raise CheckpointError(f"{path} is unreadable ({str(err).splitlines()[0][:200]}); start the run again") from err
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} is not a resume state; start the run again")

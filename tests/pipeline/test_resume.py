@@ -91,3 +91,15 @@ def test_a_resume_refuses_a_config_edited_since_the_run_started(model, tmp_path)
     (tmp_path / "config.yaml").write_text("search:\n  max_evaluations: 5\n")
     with pytest.raises(CheckpointError, match="config.yaml changed since the run started"):
         load_resume_state(tmp_path)
+
+
+class _Pickled:
+    """Any class: a resume state holding an instance needs unpickling (code) to read."""
+
+
+def test_a_pickled_resume_state_is_refused_in_the_projects_words(tmp_path):
+    torch.save({"local": _Pickled()}, tmp_path / "resume_state.pt")
+    with pytest.raises(CheckpointError) as raised:
+        load_resume_state(tmp_path)
+    message = str(raised.value)
+    assert "holds pickled Python objects, which snapvit-pl never loads" in message and "weights_only" not in message
