@@ -32,7 +32,7 @@ Seed = restricted_number_type("Seed", int, [(">=", SEED_RANGE[0]), ("<=", SEED_R
 AtLeastTwo = restricted_number_type("AtLeastTwo", int, [(">=", 2)], docstring="int restricted to be ≥2")
 
 __all__ = ["AtLeastTwo", "ClosedUnitInterval", "HalfOpenUnitInterval", "NonNegativeFloat", "NonNegativeInt",
-           "OpenUnitInterval", "PositiveFloat", "PositiveInt", "SEED_RANGE", "Seed", "bounds", "check_arguments", "check_fields", "describe_range",
+           "OpenUnitInterval", "PositiveFloat", "PositiveInt", "SEED_RANGE", "Seed", "bounds", "check_arguments", "plain", "check_fields", "describe_range",
            "range_types"]
 
 
@@ -69,13 +69,35 @@ def _check(name: str, value: Any, hint: Any) -> None:
             raise ConfigError(f"{name} must be a finite number, got {value!r}")
 
 
+def plain(value: Any) -> Any:
+    """``value`` with every constrained number (the parser makes ``PositiveInt(3)``, an ``int`` subclass) as a plain
+    ``int`` / ``float``, through lists, tuples, mappings and jsonargparse namespaces (those in place): what a run
+    records, pickles (``torch.load(weights_only=True)`` reads no foreign class) and hands to torch is plain data."""
+    from jsonargparse import Namespace
+
+    if isinstance(value, bool) or type(value) in (int, float):
+        return value
+    if isinstance(value, (int, float)):
+        return int(value) if isinstance(value, int) else float(value)
+    if isinstance(value, Namespace):
+        for key, item in value.items():
+            value[key] = plain(item)
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(item) for item in value)
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
 def check_fields(settings: Any, section: str) -> None:
-    """Check a dataclass's fields against their annotations' ranges; one :class:`ConfigError` naming
-    ``section.field`` (the YAML key) and the range."""
+    """Check a dataclass's fields against their annotations' ranges (one :class:`ConfigError` naming
+    ``section.field``, the YAML key, and the range), and make them plain numbers (:func:`plain`)."""
     assert is_dataclass(settings)
     hints = typing.get_type_hints(type(settings))
     for item in fields(settings):
         _check(f"{section}.{item.name}", getattr(settings, item.name), hints.get(item.name))
+        setattr(settings, item.name, plain(getattr(settings, item.name)))  # (the parser's PositiveInt(3) -> 3)
 
 
 def check_arguments(function: Callable[..., Any], arguments: Mapping[str, Any], section: str,

@@ -15,7 +15,7 @@ import re
 import textwrap
 import typing
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from .preflight import settings_in_effect
 

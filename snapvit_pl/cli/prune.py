@@ -270,6 +270,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
     from ..data import SegmentationDataModule, VisionDataModule
     from ..lightning.pruning_module import PruningModule
     from ..pipeline.settings import PipelineSettings
+    from ..ranges import plain
 
     groups = settings_groups()
     quiet_lightning()  # a pruning run prints its own progress only
@@ -310,6 +311,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
             if build_only:
                 raise _ParserBuilt(parser)
             super().parse_arguments(parser, args)
+            plain(self.config)  # constrained numbers as plain ints / floats (recorded, pickled in the resume state)
             check_seed(self.config.seed_everything)  # (Lightning seeds before before_instantiate_classes)
 
         def before_instantiate_classes(self) -> None:

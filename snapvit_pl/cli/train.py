@@ -26,6 +26,7 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
     from pytorch_lightning.cli import LightningCLI
 
     from ..data import VisionDataModule
+    from ..ranges import plain
     if pretrain:
         from ..lightning.self_distillation import SelfDistillationModule as module_class
         description = "Train a ViT without labels by DINO self-distillation."
@@ -36,6 +37,7 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
     class TrainCLI(LightningCLI):
         def parse_arguments(self, parser, args) -> None:
             super().parse_arguments(parser, args)
+            plain(self.config)  # constrained numbers as plain ints / floats (saved in checkpoints and hparams)
             # before LightningCLI reads the checkpoint's settings into the model's (it would build that model)
             subcommand = self.config.get("subcommand")
             config = self.config[subcommand] if subcommand else self.config

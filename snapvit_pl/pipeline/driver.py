@@ -34,6 +34,7 @@ from ..elastic.splits import SplitTable
 from ..device import PeakMemory
 from ..errors import CheckpointError, ConfigError
 from ..models.loading import BackboneSpec, fingerprint
+from ..models.surgery import architecture
 from ..models.modes import eval_mode
 from ..progress import Progress, ProgressMode
 from ..scoring import LocalScores
@@ -44,7 +45,7 @@ from .extraction import Correction, Evaluation, check_budgets, correction_record
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
-from .resume import save_resume_state
+from .resume import RESUME_FILE, check_resume_state, save_resume_state
 from .settings import PipelineSettings
 from .splits import choose_splits, split_table
 from .state import DenseModel, ExtractedModel, RunState, Timings
@@ -544,6 +545,7 @@ class Pipeline:
         Raises:
             CheckpointError: the base weights are not those the run started with.
         """
+        check_resume_state(state, architecture(self.model), self.run_dir / RESUME_FILE if self.run_dir else "the state")
         saved = state.get("fingerprint")
         if saved not in (None, self.state.fingerprint):
             raise CheckpointError(

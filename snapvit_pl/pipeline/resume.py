@@ -8,12 +8,13 @@ pickled objects: tensors, numbers, strings and lists only; and a checksum of its
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, field_error
 from ..io import atomic_path, sha256_file, verify_checksum, with_checksum
 from ..models.loading import UNREADABLE_CHECKPOINT
 
@@ -53,6 +54,54 @@ def load_resume_state(run_dir: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{config} changed since the run started (edited or damaged): a resume keeps the run's "
                               "settings; restore the file, or start a new run (another --out_dir)")
     return state
+
+
+def check_resume_state(state: dict[str, Any], widths: dict[str, list[int]], source: Any) -> None:
+    """The schema of a resume state, before a field is used: timings per known stage and elapsed seconds as finite
+    non-negative numbers, peak memory per device, the local scores as one finite 1-D vector per block of the model's
+    widths (``widths``: :func:`snapvit_pl.models.architecture` of the base model), the search progress's kinds.
+
+    Raises:
+        CheckpointError: one line naming ``source``, the field, what was found and what is allowed.
+    """
+    from dataclasses import fields
+
+    from .state import Timings
+
+    def refuse(field: str, found: Any, allowed: str) -> None:
+        raise field_error(source, field, found, allowed, "start the run again (another --out_dir)")
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+    stages = {f.name for f in fields(Timings)}
+    timings = state.get("timings", {})
+    if not isinstance(timings, dict) or any(k not in stages or not (v is None or number(v)) for k, v in timings.items()):
+        refuse("timings", timings, f"seconds (or null) per stage of {', '.join(sorted(stages))}")
+    if not number(state.get("elapsed_s", 0.0)):
+        refuse("elapsed_s", state.get("elapsed_s"), "a number of seconds")
+    memory = state.get("peak_memory_mb", {})
+    if not isinstance(memory, dict) or not all(isinstance(k, str) and number(v) for k, v in memory.items()):
+        refuse("peak_memory_mb", memory, "megabytes per device")
+    local = state.get("local")
+    if local is not None:
+        if not isinstance(local, dict):
+            refuse("local", local, "the local scores (heads and neurons per block)")
+        for key, sizes in (("heads", widths["heads"]), ("neurons", widths["mlp_hidden"])):
+            scores = local.get(key)
+            try:  # one vector per block: tensors, or lists of numbers
+                vectors = [torch.as_tensor(t, dtype=torch.float64) for t in scores]
+            except (TypeError, ValueError, RuntimeError):
+                vectors = None
+            shapes = [tuple(v.shape) for v in vectors] if vectors is not None else scores
+            if shapes != [(n,) for n in sizes] or not all(bool(torch.isfinite(v).all()) for v in vectors):
+                refuse(f"local.{key}", shapes, f"finite scores of shapes {[(n,) for n in sizes]} (the model's blocks)")
+    search = state.get("search")
+    if search is not None:
+        fitness = search.get("initial_fitness") if isinstance(search, dict) else None
+        if not isinstance(search, dict) or not isinstance(search.get("optimizer"), dict) or not (
+                isinstance(fitness, (int, float)) and not isinstance(fitness, bool) and math.isfinite(fitness)):
+            refuse("search", type(search).__name__, "the search's progress (optimizer state, initial fitness)")
 
 
 def has_progress(run_dir: str | Path) -> bool:

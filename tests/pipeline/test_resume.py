@@ -103,3 +103,21 @@ def test_a_pickled_resume_state_is_refused_in_the_projects_words(tmp_path):
         load_resume_state(tmp_path)
     message = str(raised.value)
     assert "holds pickled Python objects, which snapvit-pl never loads" in message and "weights_only" not in message
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("local", {"heads": [torch.ones(3), torch.ones(4)], "neurons": [torch.ones(8), torch.ones(8)]}, "local.heads"),
+    ("local", {"heads": "abc", "neurons": []}, "local.heads is 'abc'"),
+    ("timings", {"warp_s": 1.0}, "timings is {'warp_s': 1.0}"),
+    ("elapsed_s", "abc", "elapsed_s is 'abc'"),
+    ("peak_memory_mb", {"cpu": float("nan")}, "peak_memory_mb"),
+    ("search", {"optimizer": 3, "initial_fitness": 0.5}, "search is 'dict'"),
+])
+def test_a_resume_state_that_breaks_its_schema_is_refused_naming_the_field(field, value, message):
+    from snapvit_pl.pipeline.resume import check_resume_state
+
+    widths = {"heads": [4, 4], "mlp_hidden": [8, 8]}
+    check_resume_state({"local": {"heads": [torch.ones(4)] * 2, "neurons": [[0.5] * 8] * 2}}, widths, "state.pt")
+    with pytest.raises(CheckpointError) as raised:
+        check_resume_state({field: value}, widths, "state.pt")
+    assert str(raised.value).startswith(f"state.pt: {message}") and "start the run again" in str(raised.value)
