@@ -45,6 +45,17 @@ def test_other_base_weights_are_refused(scores_file, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+
+def test_a_null_given_for_a_recorded_field_is_honoured(scores_file, tmp_path, capsys):
+    """--model.checkpoint_path null: no weights file (random weights of the recorded seed), not the recorded file;
+    here those are other weights than the scores', so the cut is refused."""
+    path, _ = scores_file
+    code = main(["--scores", str(path), "--export.budgets=[{flops: 0.5}]", "--out_dir", str(tmp_path / "out"),
+                 "--model.checkpoint_path", "null"])
+    assert code == 2 and "computed for other weights" in capsys.readouterr().err
+    assert main(["--scores", str(path), "--export.budgets=[{flops: 0.5}]", "--out_dir", str(tmp_path / "out")]) == 0
+
+
 @pytest.mark.parametrize("budgets, message", [
     ("[{flop: 0.5}]", "unknown budget key 'flop' (did you mean 'flops'?)"),
     ("[{sparsity:0.3}]", "YAML needs a space after the colon"),

@@ -74,8 +74,11 @@ def _extract(argv: list[str]) -> int:
                           "without spec=); give --model.model_name (and --model.checkpoint_path), or cut models in "
                           "Python with scores.extract(model, ...)")
     recorded = scores.base or {"model_name": args.model.model_name}
-    spec = BackboneSpec.from_dict({**recorded, **{k: v for k, v in dict(args.model.items()).items() if v is not None}},
-                                  f"{args.scores} (with the --model overrides)")
+    # an override is a value given, or a null given on the command line (--model.checkpoint_path null: no file)
+    nulls = {key for key, value in dict(args.model.items()).items() if value is None and any(
+        arg == f"--model.{key}" or arg.startswith(f"--model.{key}=") for arg in argv)}
+    overrides = {k: v for k, v in dict(args.model.items()).items() if v is not None or k in nulls}
+    spec = BackboneSpec.from_dict({**recorded, **overrides}, f"{args.scores} (with the --model overrides)")
     export = ExportSettings(**{k: args.export[k] for k in _EXPORT_FIELDS},
                             mlp_multiple=args.export.mlp_multiple or scores.mlp_multiple)
     if export.latency_table is None:
