@@ -1,5 +1,5 @@
 """Files: every artifact is written to a temporary name, then renamed into place (atomic output); user paths are
-resolved against the snapvit-pl checkout too (the shipped assets)."""
+resolved against the shipped data too (the presets in ``configs/``, the demo's model in ``assets/``)."""
 from __future__ import annotations
 
 import errno
@@ -16,15 +16,19 @@ from typing import Any, Callable, Iterator, Optional
 
 from .errors import CheckpointError, ConfigError, SnapViTError, storage_error
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_PACKAGE = Path(__file__).resolve().parent
+#: The folder holding the shipped ``configs/`` (the presets) and ``assets/`` (the demo's model): the installed
+#: package itself (a wheel ships them as ``snapvit_pl/configs``, ``snapvit_pl/assets``: pyproject.toml's
+#: package-dir), or in a checkout (``python prune.py``, an editable install) the project root beside ``snapvit_pl/``.
+DATA_ROOT = _PACKAGE if (_PACKAGE / "configs").is_dir() else _PACKAGE.parent
 
 
 def resolve_path(path: str | os.PathLike) -> Path:
-    """A user path; a relative one missing from the working directory is looked up in the
-    snapvit-pl checkout too, so the shipped assets (``assets/...``) work from anywhere."""
+    """A user path; a relative one missing from the working directory is looked up in the shipped data
+    (:data:`DATA_ROOT`) too, so the paths the presets name (``assets/...``) work from anywhere, installed or not."""
     path = Path(path).expanduser()
-    if not path.is_absolute() and not path.exists() and (PROJECT_ROOT / path).exists():
-        return PROJECT_ROOT / path
+    if not path.is_absolute() and not path.exists() and (DATA_ROOT / path).exists():
+        return DATA_ROOT / path
     return path
 
 

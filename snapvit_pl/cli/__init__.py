@@ -24,9 +24,21 @@ COMMANDS = {
 }
 USAGE = "usage: snapvit-pl COMMAND [--help] [OPTIONS]\n\ncommands:\n" + "\n".join(
     f"  {name:<9} {text}" for name, (_, text) in COMMANDS.items()) + \
-    "\n\n`snapvit-pl COMMAND --help` lists a command's options."
+    "\n\n`snapvit-pl COMMAND --help` lists a command's options; `snapvit-pl --version` prints the version."
 
 __all__ = ["COMMANDS", "finetune_dir", "main", "prune_cli", "prune_main", "train_main"]
+
+
+def version() -> str:
+    """The version of the installed snapvit-pl (importlib.metadata), else the package's ``__version__``."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("snapvit-pl")
+    except PackageNotFoundError:
+        import snapvit_pl
+
+        return snapvit_pl.__version__
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -35,6 +47,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"snapvit-pl {version()}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}; choose one of {', '.join(COMMANDS)} (snapvit-pl --help)",

@@ -5,7 +5,9 @@ The dialect, for every command (``prune``, ``train``, ``extract``, ``evaluate``,
 - options are ``--group.key value`` (or ``--group.key=value``), values in YAML (``true``, ``[1, 2]``, ``{a: 1}``);
 - ``--config FILE`` reads a YAML of the same keys (repeatable, the last wins); a config written for another
   snapvit-pl command is accepted: the sections this command does not use (e.g. a ``prune.py`` config's
-  ``search:`` given to ``evaluate``) are left out, anything else unknown is refused;
+  ``search:`` given to ``evaluate``) are left out, anything else unknown is refused; ``--config NAME`` reads the
+  shipped preset of that name (``configs/prune/NAME.yaml``, for ``train`` / ``pretrain`` ``configs/train/``), from
+  any working directory (:func:`resolve_config`);
 - ``--print_config`` prints the resolved configuration and exits;
 - ``--verbose true`` (or a bare ``--verbose``) shows the traceback of errors; without it an error the user can
   fix is one ``error:`` line and exit status 2.
@@ -21,9 +23,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..errors import ConfigError, SnapViTError, config_error, exit_with_error, storage_error
+from ..io import DATA_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PRUNE_CONFIG = ROOT / "configs" / "prune" / "demo.yaml"
+#: The shipped presets, ``configs/<kind>/<name>.yaml`` (in the installed package or the checkout: :data:`DATA_ROOT`).
+PRESETS_DIR = DATA_ROOT / "configs"
+#: The kinds of presets: ``prune`` (prune, extract, evaluate, deploy, hub) and ``train`` (train, pretrain).
+PRESET_KINDS = ("prune", "train")
+DEFAULT_PRUNE_CONFIG = PRESETS_DIR / "prune" / "demo.yaml"
 
 #: Top-level config sections of the project's commands: a config of one command is readable by the others,
 #: each keeping the sections it uses.
@@ -104,15 +110,17 @@ def out_of_memory(err: BaseException) -> bool:
 
 def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]], command: str,
                 cleanup: Optional[Callable[[], None]] = None, keep_verbose: bool = True,
-                batch_options: Sequence[str] = ()) -> int:
+                batch_options: Sequence[str] = (), presets: str = "prune") -> int:
     """Run a command's ``body(argv)``; an error the user can fix (or a bad option) becomes one ``error:`` line and
     status 2 (``cleanup`` runs first), unless ``--verbose`` asks for the traceback (``keep_verbose``: the command's
-    parser reads ``--verbose`` too). Running out of memory is such an error: its line names ``batch_options``."""
+    parser reads ``--verbose`` too). Running out of memory is such an error: its line names ``batch_options``.
+    ``body`` gets ``argv`` with its ``--config`` values first and each one the file it names (a preset's name of
+    the kind ``presets``: its shipped file, :func:`resolve_configs`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = False
     try:
         argv, verbose = pop_verbose(argv, keep_verbose)
-        return body(configs_first(argv))
+        return body(resolve_configs(configs_first(argv), presets))
     except (SnapViTError, argparse.ArgumentError) as err:
         if cleanup is not None:
             cleanup()
@@ -140,20 +148,77 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
         return exit_with_error(ConfigError(f"out of memory ({first}); {hint}"), verbose)
 
 
-def check_config_files(argv: Sequence[str]) -> None:
-    """Refuse a ``--config`` that names no file (LightningCLI would read the path as YAML text and report a
-    missing section instead), and one that is not a readable YAML mapping (:func:`read_config`)."""
+def presets(kind: str = "prune") -> dict[str, Path]:
+    """The shipped presets of ``kind`` (:data:`PRESET_KINDS`) by name: ``{"demo": .../configs/prune/demo.yaml, ...}``."""
+    return {path.stem: path for path in sorted((PRESETS_DIR / kind).glob("*.yaml"))}
+
+
+def _yaml_text(value: str) -> bool:
+    """Whether a ``--config`` value is YAML text rather than a path (``'{search: {num_images: 8}}'``)."""
+    return value.lstrip().startswith(("{", "\n")) or ":" in value
+
+
+def resolve_config(value: str, kind: str = "prune") -> str:
+    """The file a ``--config`` value names, the one place such a value is turned into a path: a path as given
+    when it exists (or YAML text, unchanged); a relative path missing from the working directory that the shipped
+    data holds (``configs/prune/quick.yaml`` from anywhere); a bare name (``dino_vitb16``, ``quick``, with or
+    without ``.yaml``): the shipped preset of ``kind`` (``prune``: ``configs/prune/``, ``train``:
+    ``configs/train/``).
+
+    Raises:
+        ConfigError: neither a file nor a preset (the line lists the presets).
+    """
+    path = Path(value)
+    if _yaml_text(value) or path.exists():
+        return value
+    if not path.is_absolute() and (DATA_ROOT / path).is_file():
+        return str(DATA_ROOT / path)
+    named = presets(kind)
+    name = path.stem if path.suffix in (".yaml", ".yml") else path.name
+    if len(path.parts) == 1 and name in named:
+        return str(named[name])
+    what = "no such file or preset" if len(path.parts) == 1 else "no such file"
+    raise ConfigError(f"--config {value}: {what}; give a YAML file or one of the {kind} presets: "
+                      f"{', '.join(named)}")
+
+
+def resolve_configs(argv: Sequence[str], kind: str = "prune") -> list[str]:
+    """``argv`` with each ``--config`` value (``--config V``, ``-c V``, ``--config=V``) the file it names
+    (:func:`resolve_config`)."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if i > 0 and argv[i - 1] in ("--config", "-c"):
+            out.append(resolve_config(arg, kind))
+        elif arg.startswith("--config="):
+            out.append("--config=" + resolve_config(arg.split("=", 1)[1], kind))
+        else:
+            out.append(arg)
+    return out
+
+
+def config_label(value: str) -> str:
+    """How a resolved ``--config`` value is shown: a shipped preset as ``configs/<kind>/<name>.yaml``."""
+    path = Path(value)
+    try:
+        return str(path.resolve().relative_to(DATA_ROOT)) if path.is_file() else value
+    except ValueError:
+        return value
+
+
+def check_config_files(argv: Sequence[str], kind: str = "prune") -> None:
+    """Refuse a ``--config`` that names no file nor preset (:func:`resolve_config`; LightningCLI would read the
+    path as YAML text and report a missing section instead), and one that is not a readable YAML mapping
+    (:func:`read_config`)."""
     for i, arg in enumerate(argv):
         value = argv[i + 1] if arg in ("--config", "-c") and i + 1 < len(argv) else (
             arg.split("=", 1)[1] if arg.startswith("--config=") else None)
         if value is None:
             continue
+        value = resolve_config(value, kind)
         if Path(value).is_file():
             read_config(value)
         elif Path(value).exists():
             raise ConfigError(f"--config {value} is a directory, not a file; give a YAML file")
-        elif not value.lstrip().startswith(("{", "\n")) and ":" not in value:
-            raise ConfigError(f"--config {value}: no such file; give a YAML file (e.g. configs/prune/demo.yaml)")
 
 
 def read_config(path: str | Path) -> tuple[str, dict[str, Any]]:
@@ -250,7 +315,8 @@ def config_action(sections: Iterable[str]):
     class ConfigFile(ActionConfigFile):
         def __call__(self, parser, cfg, values, option_string=None):
             text = None
-            path = Path(str(values))
+            values = resolve_config(str(values))
+            path = Path(values)
             if path.is_file():
                 text, data = read_config(path)
             else:
@@ -318,7 +384,8 @@ def command_parser(prog: str, doc: str, sections: Iterable[str], epilog: Optiona
     parser = Parser(prog=prog, description=describe(doc), epilog=epilog, exit_on_error=False,
                             formatter_class=help_formatter())
     parser.add_argument("--config", action=config_action(sections), help="a YAML of these options (or a config of "
-                        "another snapvit-pl command: the sections this one does not use are left out)")
+                        "another snapvit-pl command: the sections this one does not use are left out), or the name "
+                        "of a shipped preset (e.g. dino_vitb16: configs/prune/dino_vitb16.yaml)")
     parser.add_argument("--verbose", type=bool, default=False, help="show the traceback of errors (or set SNAPVIT_VERBOSE=1)")
     return parser
 

@@ -17,6 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any, Sequence
 
+from .common import config_label
 from .preflight import settings_in_effect
 
 OPTIONS_FILE = Path(__file__).with_name("prune_options.json")
@@ -54,7 +55,7 @@ FIRST_SCREEN: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
         ("trainer.num_nodes", "N", "machines (started by torchrun or SLURM)"),
     )),
     ("the run", (
-        ("config", "FILE", "YAML of these options (repeatable)"),
+        ("config", "FILE|NAME", "YAML file or preset (dino_vitb16, quick)"),
         ("resume", "RUN_DIR", "continue an interrupted run"),
         ("overwrite", "BOOL", "replace earlier results in out_dir"),
         ("progress", "MODE", "auto, bar, lines (for logs), off"),
@@ -89,7 +90,7 @@ def first_screen(argv: Sequence[str], default_config: Path, usage: str, descript
     values = settings_in_effect(argv, default_config)
     configs = [a for i, a in enumerate(argv) if i > 0 and argv[i - 1] in ("--config", "-c")] + \
         [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    source = ", ".join(configs) if configs else f"{default_config.relative_to(default_config.parents[2])} (the default)"
+    source = ", ".join(map(config_label, configs)) if configs else f"{config_label(str(default_config))} (the default)"
     lines = textwrap.wrap(f"usage: {usage}", WIDTH, subsequent_indent="    ", break_on_hyphens=False)
     lines += ["", description, "", *textwrap.wrap(f"The options most runs change, with the values of {source} and "
                                                   "the command line:", WIDTH)]
@@ -110,6 +111,10 @@ def prune_help(argv: Sequence[str], default_config: Path, usage: str, descriptio
     """``prune.py --help``: :func:`first_screen`, then every option."""
     return first_screen(argv, default_config, usage, description, epilog) + load_options()["text"]
 
+
+#: --config's help line: a file or a shipped preset's name (snapvit_pl.cli.common.resolve_config).
+CONFIG_HELP = ("a YAML file of these options (repeatable, the last wins), or the name of a shipped preset: "
+               "configs/prune/NAME.yaml, found from any directory (e.g. --config dino_vitb16 --config quick)")
 
 #: seed_everything's help line: the seed policy (snapvit_pl.seeding), not Lightning's generic text.
 SEED_HELP = ("the root seed (true: a random one, false: none); every seed left unset (data.init_args.seed, "
@@ -224,7 +229,7 @@ def render_options(parser: Any) -> dict[str, Any]:
                 if bounds(getattr(action, "_typehint", None)):
                     ranges[action.dest] = bounds(action._typehint)
             lines += _entry(action.dest, getattr(action, "_typehint", None), action.default,
-                            SEED_HELP if action.dest == "seed_everything" else action.help)
+                            {"seed_everything": SEED_HELP, "config": CONFIG_HELP}.get(action.dest, action.help))
             if action.dest == "importance.scorer":
                 lines += [f"    {OutputSensitivity.__name__}'s arguments (--importance.scorer.help CLASS: another's):"]
                 lines += _class_entries(OutputSensitivity, "importance.scorer.init_args")

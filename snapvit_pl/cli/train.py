@@ -146,7 +146,7 @@ def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
     def body(argv: list[str]) -> int:
         from ..lightning.preemption import PreemptionCheckpoint
 
-        check_config_files(argv)
+        check_config_files(argv, "train")
         check_ckpt_path(argv)
         preemption = PreemptionCheckpoint()
         try:
@@ -163,7 +163,7 @@ def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
         return 0
 
     return run_command(body, argv, "snapvit-pl pretrain" if pretrain else "python train.py", keep_verbose=False,
-                       batch_options=("--data.init_args.batch_size",))
+                       batch_options=("--data.init_args.batch_size",), presets="train")
 
 
 def pretrain_main(argv: Optional[list[str]] = None) -> int:

@@ -54,7 +54,8 @@ class BlockLatency:
         return (self.heads_ms[max(self.heads_ms)] + self.mlp_ms[max(self.mlp_ms)]) / 2
 
     def predict(self, heads: int, neurons: int) -> float:
-        return self.heads_ms[heads] + _interpolate(self.mlp_ms, neurons) - self.dense_ms
+        # (never below zero: on a noisy machine the two savings measured apart can add up to more than the block)
+        return max(0.0, self.heads_ms[heads] + _interpolate(self.mlp_ms, neurons) - self.dense_ms)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
@@ -545,7 +545,8 @@ class Pipeline:
         Raises:
             CheckpointError: the base weights are not those the run started with.
         """
-        check_resume_state(state, architecture(self.model), self.run_dir / RESUME_FILE if self.run_dir else "the state")
+        check_resume_state(state, architecture(self.model), [f.name for f in fields(Timings)],
+                           self.run_dir / RESUME_FILE if self.run_dir else "the resume state")
         saved = state.get("fingerprint")
         if saved not in (None, self.state.fingerprint):
             raise CheckpointError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -56,25 +56,22 @@ def load_resume_state(run_dir: str | Path) -> dict[str, Any]:
     return state
 
 
-def check_resume_state(state: dict[str, Any], widths: dict[str, list[int]], source: Any) -> None:
+def check_resume_state(state: dict[str, Any], widths: dict[str, list[int]], stages: Iterable[str], source: Any) -> None:
     """The schema of a resume state, before a field is used: timings per known stage and elapsed seconds as finite
     non-negative numbers, peak memory per device, the local scores as one finite 1-D vector per block of the model's
     widths (``widths``: :func:`snapvit_pl.models.architecture` of the base model), the search progress's kinds.
+    ``stages``: the timings' field names (``Timings``'s).
 
     Raises:
         CheckpointError: one line naming ``source``, the field, what was found and what is allowed.
     """
-    from dataclasses import fields
-
-    from .state import Timings
-
     def refuse(field: str, found: Any, allowed: str) -> None:
         raise field_error(source, field, found, allowed, "start the run again (another --out_dir)")
 
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
-    stages = {f.name for f in fields(Timings)}
+    stages = set(stages)
     timings = state.get("timings", {})
     if not isinstance(timings, dict) or any(k not in stages or not (v is None or number(v)) for k, v in timings.items()):
         refuse("timings", timings, f"seconds (or null) per stage of {', '.join(sorted(stages))}")

@@ -93,3 +93,9 @@ def test_an_edited_or_damaged_table_is_refused(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(CheckpointError, match="carries no checksum"):
         LatencyTable.load(path)
+
+
+def test_a_block_is_never_predicted_below_zero():
+    """Noise can make the two savings, measured apart, exceed the block's own time: the prediction stays >= 0."""
+    block = BlockLatency({1: 0.1, 2: 5.0}, {1: 0.1, 8: 5.0})
+    assert block.predict(1, 1) == 0.0 and block.predict(2, 8) == pytest.approx(5.0)

@@ -117,7 +117,8 @@ def test_a_resume_state_that_breaks_its_schema_is_refused_naming_the_field(field
     from snapvit_pl.pipeline.resume import check_resume_state
 
     widths = {"heads": [4, 4], "mlp_hidden": [8, 8]}
-    check_resume_state({"local": {"heads": [torch.ones(4)] * 2, "neurons": [[0.5] * 8] * 2}}, widths, "state.pt")
+    stages = ["scoring_s", "search_s"]
+    check_resume_state({"local": {"heads": [torch.ones(4)] * 2, "neurons": [[0.5] * 8] * 2}}, widths, stages, "state.pt")
     with pytest.raises(CheckpointError) as raised:
-        check_resume_state({field: value}, widths, "state.pt")
+        check_resume_state({field: value}, widths, stages, "state.pt")
     assert str(raised.value).startswith(f"state.pt: {message}") and "start the run again" in str(raised.value)
