@@ -1,20 +1,84 @@
-"""What ``pip install`` puts into site-packages: the project's namespace only."""
+"""What ``pip install`` puts into site-packages: the project's namespace only, with the presets and the demo's
+model as package data, so that an installed snapvit-pl runs from any directory."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
 import venv
 from pathlib import Path
 
+import pytest
+import yaml
+
+from snapvit_pl.cli import main
+from snapvit_pl.cli.common import DEFAULT_PRUNE_CONFIG, PRESET_KINDS, PRESETS_DIR, resolve_config
+
 ROOT = Path(__file__).resolve().parents[1]
+#: Data-only packages (no Python modules): configs/<kind>/ and the demo's model folder under assets/.
+DATA_PACKAGES = {"snapvit_pl.configs.prune", "snapvit_pl.configs.train", "snapvit_pl.assets.reference_vit_fmnist"}
+
+
+def _setuptools() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
 def test_every_package_is_installed_under_snapvit_pl():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    config = _setuptools()
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "snapvit_pl").rglob("__init__.py")}
-    assert set(config["packages"]) == on_disk | {"snapvit_pl.callbacks"}
-    assert config["package-dir"] == {"snapvit_pl.callbacks": "callbacks"}
+    assert set(config["packages"]) == on_disk | {"snapvit_pl.callbacks"} | DATA_PACKAGES
+    assert config["package-dir"] == {"snapvit_pl.callbacks": "callbacks", "snapvit_pl.configs": "configs",
+                                     "snapvit_pl.assets": "assets"}
+
+
+def test_the_presets_and_the_demos_model_are_package_data():
+    """Every preset folder ships whole, and so does the folder of the weights the demo config names."""
+    config = _setuptools()
+    kinds = sorted(p.name for p in (ROOT / "configs").iterdir() if p.is_dir())
+    assert kinds == sorted(PRESET_KINDS)
+    for kind in kinds:
+        assert config["package-data"][f"snapvit_pl.configs.{kind}"] == ["*.yaml"]
+    weights = Path(yaml.safe_load(DEFAULT_PRUNE_CONFIG.read_text())["model"]["checkpoint_path"])
+    folder = "snapvit_pl." + ".".join(weights.parent.parts)
+    assert folder in DATA_PACKAGES
+    assert sorted(config["package-data"][folder]) == sorted(p.name for p in (ROOT / weights.parent).iterdir()
+                                                            if p.name in ("architecture.json", "model.safetensors"))
+
+
+def test_a_preset_is_found_by_name_or_by_path_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    prune = PRESETS_DIR / "prune"
+    assert resolve_config("dino_vitb16") == str(prune / "dino_vitb16.yaml")
+    assert resolve_config("quick.yaml") == str(prune / "quick.yaml")
+    assert resolve_config("configs/prune/quick.yaml") == str(prune / "quick.yaml")  # the checkout's path, anywhere
+    assert resolve_config("finetune_pruned", "train") == str(PRESETS_DIR / "train" / "finetune_pruned.yaml")
+    (tmp_path / "quick.yaml").write_text("search: {num_images: 8}\n")
+    assert resolve_config("quick.yaml") == "quick.yaml"  # a file of the working directory comes first
+    assert resolve_config("{search: {num_images: 8}}") == "{search: {num_images: 8}}"  # YAML text: as it is
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["prune", "--config", "dino_vitb16", "--config", "nope"], ("dino_vitb16", "quick", "demo")),
+    (["prune", "--config=finetune_pruned"], ("dino_vitb16",)),  # a train preset is not a prune config
+    (["train", "fit", "--config", "nope"], ("finetune_pruned", "reference_fmnist")),
+])
+def test_a_name_that_is_neither_a_file_nor_a_preset_is_one_error_line_listing_the_presets(capsys, tmp_path,
+                                                                                          monkeypatch, argv, names):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --config ") and "no such file or preset" in lines[0]
+    assert all(name in lines[0] for name in names), lines[0]
+
+
+def test_version_is_pyprojects(capsys):
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"snapvit-pl {version}"
+    import snapvit_pl
+
+    assert snapvit_pl.__version__ == version
 
 
 def test_callbacks_import_from_the_namespace_not_as_a_top_level_package(tmp_path):
@@ -65,3 +129,97 @@ def test_installing_keeps_a_torch_the_user_already_has(tmp_path):
     # the control: pip sees the venv's torch 2.15.0 (an exact pin of it is met without installing anything)
     assert _resolve(python, ["torch==2.15.0"], tmp_path / "pinned.json").returncode == 0
     assert json.loads((tmp_path / "pinned.json").read_text())["install"] == []
+
+
+def _image_folder(root: Path) -> Path:
+    """root/train/<class>/*.png and root/val/<class>/*.png: 2 classes of 8 random 32 px images each."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            (root / split / label).mkdir(parents=True)
+            for i in range(8):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(root / split / label / f"{i}.png")
+    return root
+
+
+_TOP_NOT_COPIED = {".git", "runs", "build", "dist", "data", ".venv", ".pytest_cache", ".hypothesis", "lightning_logs"}
+
+
+def _not_copied(folder: str, names: list[str]) -> set[str]:
+    """What building does not need of the checkout: its runs, data, caches and build leftovers."""
+    top = Path(folder) == ROOT
+    return {n for n in names if (top and n in _TOP_NOT_COPIED) or n == "__pycache__" or n.endswith((".pyc", ".egg-info"))}
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
+    """Builds the wheel (``pip wheel --no-deps --no-build-isolation``, from a copy of the checkout: nothing is written
+    into it), installs it, not editable, into a fresh venv (``--system-site-packages``: torch and the rest come from
+    this environment; the wheel with ``--no-deps``), and from an empty directory runs ``snapvit-pl --version``, the
+    offline demo and one named preset with the quick overlay and random weights.
+
+    The demo runs with a few tiny overrides (48 pruning images, 32 fitness images, 8 PCA components, no split grid,
+    no evaluation): the full demo takes ~70 s on one thread; the table is printed all the same. The preset
+    (``--config dino_vitb16 --config quick``) runs on a small ViT (``--model.model_kwargs``: 4 blocks of width 64 at
+    32 px) over a 32-image folder made here. About 30 s in all on one CPU thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PYTHONNOUSERSITE="1", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    source, dist = tmp_path / "source", tmp_path / "dist"
+    shutil.copytree(ROOT, source, ignore=_not_copied)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                            "--quiet", "-w", str(dist), str(source)], capture_output=True, text=True, env=env)
+    assert build.returncode == 0, build.stderr[-3000:]
+    wheel, = dist.glob("snapvit_pl-*.whl")
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"snapvit_pl/configs/prune/dino_vitb16.yaml", "snapvit_pl/configs/prune/quick.yaml",
+            "snapvit_pl/configs/prune/demo.yaml", "snapvit_pl/configs/train/finetune_pruned.yaml",
+            "snapvit_pl/assets/reference_vit_fmnist/model.safetensors", "snapvit_pl/cli/prune_options.json",
+            "snapvit_pl/callbacks/__init__.py"} <= names
+    assert not any(n.startswith(("callbacks/", "configs/", "assets/", "tests/", "benchmarks/")) for n in names)
+
+    venv.create(tmp_path / "venv", system_site_packages=True, with_pip=False)
+    bin_dir = tmp_path / "venv" / "bin"
+    install = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "--no-index",
+                              "--ignore-installed", "--quiet", str(wheel)], capture_output=True, text=True, env=env)
+    assert install.returncode == 0, install.stderr[-3000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(args, capture_output=True, text=True, env=env, cwd=empty, timeout=600)
+
+    # the venv's snapvit_pl is the wheel's: not the checkout (an editable install's finder comes after it)
+    where = run(str(bin_dir / "python"), "-c", "import snapvit_pl, snapvit_pl.callbacks, snapvit_pl.io as io; "
+                "print(snapvit_pl.__file__, snapvit_pl.callbacks.__file__, io.DATA_ROOT, sep='\\n')")
+    assert where.returncode == 0, where.stderr[-3000:]
+    for line in where.stdout.split():
+        assert Path(line).is_relative_to(tmp_path / "venv"), where.stdout
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    shown = run(str(bin_dir / "snapvit-pl"), "--version")
+    assert (shown.returncode, shown.stdout.strip()) == (0, f"snapvit-pl {version}"), shown.stderr[-3000:]
+
+    demo = run(str(bin_dir / "snapvit-pl"), "prune", "--data.init_args.max_samples=48", "--search.num_images=32",
+               "--search.pca_components=8", "--export.split_grid=0", "--evaluation.metrics=[]", "--progress=off",
+               "--out_dir=demo")
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert "snapvit-pl: vit_tiny_patch16_224" in demo.stdout and "sparsity0.6" in demo.stdout, demo.stdout[-3000:]
+    assert (empty / "demo" / "report.json").is_file()
+
+    images = _image_folder(tmp_path / "images")
+    preset = run(str(bin_dir / "snapvit-pl"), "prune", "--config", "dino_vitb16", "--config", "quick",
+                 "--model.pretrained", "false", "--data.init_args.root", str(images),
+                 "--data.init_args.num_workers=0", "--progress=off", "--out_dir=preset",
+                 "--model.model_kwargs={num_classes: 0, img_size: 32, patch_size: 8, embed_dim: 64, depth: 4, "
+                 "num_heads: 4}")
+    assert preset.returncode == 0, preset.stderr[-3000:]
+    assert "snapvit-pl: vit_base_patch16_224.dino" in preset.stdout, preset.stdout[-3000:]
+    saved = yaml.safe_load((empty / "preset" / "config.yaml").read_text())
+    assert saved["search"]["num_images"] == 8 and saved["export"]["split_grid"] == 0  # the quick overlay's
+
+    unknown = run(str(bin_dir / "snapvit-pl"), "prune", "--config", "dino_vitb61")
+    assert unknown.returncode == 2 and "dino_vitb16, " in unknown.stderr and unknown.stderr.count("\n") == 1

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -311,6 +312,8 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
             if build_only:
                 raise _ParserBuilt(parser)
             super().parse_arguments(parser, args)
+            if self.config.seed_everything is True:  # a random seed, drawn here and recorded (Lightning would use 0)
+                self.config.seed_everything = secrets.randbelow(SEED_RANGE[1] + 1)
             plain(self.config)  # constrained numbers as plain ints / floats (recorded, pickled in the resume state)
             check_seed(self.config.seed_everything)  # (Lightning seeds before before_instantiate_classes)
 
@@ -425,8 +428,10 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         main_process = cli.trainer.global_rank == 0  # the other DDP processes (and nodes) write nothing
         created = main_process and not out_dir.exists()
         if main_process:  # one run at a time in a directory; the lock goes with this process
+            # what was there before: a refused run removes only what it wrote (all of it, in a directory it created)
+            run["before"] = set() if created else {p.name for p in out_dir.iterdir()}
             out_dir.mkdir(parents=True, exist_ok=True)
-            run["out_dir"], run["created"] = out_dir, created  # (a refused run removes nothing: not its directory)
+            run["out_dir"], run["created"] = out_dir, created
             run["lock"] = DirectoryLock(out_dir).acquire()
         if resume_dir is not None:
             pipeline.load_state_dict(load_resume_state(resume_dir))
@@ -473,6 +478,10 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
                   f"{run['out_dir']}", file=sys.stderr)
         elif run.get("created"):
             shutil.rmtree(run["out_dir"], ignore_errors=True)
+        else:
+            for path in run["out_dir"].iterdir():
+                if path.name not in run["before"]:
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
     chose_run_dir = RUN_DIR_ENV not in os.environ
     try:

@@ -10,6 +10,11 @@ from ..errors import ConfigError
 from .common import check_config_files, run_command, tensorboard_logger
 
 
+#: --config's help line (:func:`snapvit_pl.cli.common.resolve_config`).
+CONFIG_HELP = ("a YAML file of these options (repeatable, the last wins), or the name of a shipped preset: "
+               "configs/train/NAME.yaml, found from any directory (e.g. --config finetune_pruned)")
+
+
 def finetune_dir(checkpoint: str | Path) -> Path:
     """Where fine-tuning ``checkpoint`` writes when no directory is given: ``runs/finetune/<run>-<budget>`` for
     ``runs/prune/<run>/models/<budget>``, else ``runs/finetune/<checkpoint name>``."""
@@ -35,6 +40,11 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
         description = "Fine-tune a pruned ViT (or train a dense one)."
 
     class TrainCLI(LightningCLI):
+        def init_parser(self, **kwargs: Any) -> Any:
+            parser = super().init_parser(**kwargs)
+            parser._option_string_actions["--config"].help = CONFIG_HELP
+            return parser
+
         def parse_arguments(self, parser, args) -> None:
             super().parse_arguments(parser, args)
             plain(self.config)  # constrained numbers as plain ints / floats (saved in checkpoints and hparams)
