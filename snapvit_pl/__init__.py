@@ -34,25 +34,11 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def _version() -> str:
-    """The installed distribution's version (importlib.metadata), else (a checkout run without installing it)
-    the version in the checkout's pyproject.toml: pyproject.toml is the one place the version is written."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("snapvit-pl")
-    except PackageNotFoundError:
-        import re
-        from pathlib import Path
-
-        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
-        found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M) if pyproject.is_file() else None
-        return found.group(1) if found else "0+unknown"
-
-
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        globals()["__version__"] = _version()
+        from .version import package_version
+
+        globals()["__version__"] = package_version()
         return globals()["__version__"]
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
-    ("errors",),
+    ("errors", "version"),
     ("ranges",),
     ("seeding", "io", "device", "progress"),
     ("models", "data"),

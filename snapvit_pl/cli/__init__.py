@@ -30,15 +30,10 @@ __all__ = ["COMMANDS", "finetune_dir", "main", "prune_cli", "prune_main", "train
 
 
 def version() -> str:
-    """The version of the installed snapvit-pl (importlib.metadata), else the package's ``__version__``."""
-    from importlib.metadata import PackageNotFoundError, version as installed
+    """The version of snapvit-pl (:func:`snapvit_pl.version.package_version`)."""
+    from ..version import package_version
 
-    try:
-        return installed("snapvit-pl")
-    except PackageNotFoundError:
-        import snapvit_pl
-
-        return snapvit_pl.__version__
+    return package_version()
 
 
 def main(argv: Optional[list[str]] = None) -> int:
