@@ -424,6 +424,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         cli = prune_cli(argv, resume_dir=resume_dir)
         pipeline = cli.model.pipeline
         pipeline.check()  # budgets the keep ratios cannot reach, before anything is written
+        pipeline.record_inputs(cli.datamodule)  # what it reads of the data: saved below, or compared by a resume
         out_dir = Path(cli.config.out_dir)
         main_process = cli.trainer.global_rank == 0  # the other DDP processes (and nodes) write nothing
         created = main_process and not out_dir.exists()

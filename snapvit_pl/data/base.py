@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random
 from abc import ABCMeta, abstractmethod
 from collections import defaultdict
@@ -17,10 +18,12 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
+from .folders import refuse_shared_files
 from .transforms import (
     GLOBAL_CROP_SCALE, LOCAL_CROP_SCALE, N_GLOBAL_VIEWS, N_LOCAL_VIEWS, MultiCropTransform, resolve_input_config,
 )
 from ..device import cpu_cores
+from ..io import sha256_file
 from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments
 from ..errors import ConfigError, DataError
 from ..seeding import resolve_seed
@@ -66,6 +69,17 @@ def _to_8bit(image: Image.Image, path: str) -> Image.Image:
         return image
     values = np.asarray(image, dtype=np.float64)
     return Image.fromarray(np.clip(np.rint(values / 257.0), 0, 255).astype(np.uint8))
+
+
+def _file_record(path: str, label: int) -> list[Any]:
+    """``[path, label, size, modification time (ns), sha256]`` of one file
+    (:meth:`VisionDataModule.input_fingerprint`)."""
+    try:
+        stat = os.stat(path)
+        return [str(path), int(label), int(stat.st_size), int(stat.st_mtime_ns), sha256_file(path)]
+    except OSError as err:
+        raise DataError(f"cannot read {path} ({err.strerror or err}); restore the file, or set skip_corrupt: true "
+                        "to skip unreadable files") from err
 
 
 def is_readable(path: str) -> bool:
@@ -191,6 +205,42 @@ class EpochSeededSampler(Sampler):
         torch.empty((), dtype=torch.int64).random_(generator=generator)
         order = torch.randperm(self.num_items, generator=generator).tolist()
         return iter([(epoch, index) for index in order] if self.with_epoch else order)
+
+
+def shard_batch_count(images: int, world_size: int, batch_size: int) -> int:
+    """How many batches every process reads of ``images`` split over ``world_size`` processes: those of the largest
+    shard (``ceil(images / world_size)`` images) in batches of ``batch_size``."""
+    return -(-(-(-images // world_size)) // batch_size)
+
+
+def shard_batches(images: int, rank: int, world_size: int, batch_size: int) -> list[list[int]]:
+    """The batches of process ``rank``'s shard (every ``world_size``-th of ``images``, from ``rank``; indices into the
+    shard): as many on every process (:func:`shard_batch_count`), since the processes step through them together
+    (Lightning exchanges a tensor at every training batch of a multi-process run: a process with one batch more would
+    wait for the others forever). Each batch holds ``batch_size`` images while the shard has enough for its remaining
+    batches to get one each; the last ones are smaller. A shard too small for one image per batch (only with
+    ``batch_size`` 1) is refused by :meth:`VisionDataModule.shard`."""
+    count = len(range(rank, images, world_size))
+    total = shard_batch_count(images, world_size, batch_size)
+    batches, start = [], 0
+    for i in range(total):
+        size = max(1, min(batch_size, count - start - (total - 1 - i)))
+        batches.append(list(range(start, min(start + size, count))))
+        start += size
+    return batches
+
+
+class FixedBatches(Sampler):
+    """A batch sampler that yields the given batches of indices, in order."""
+
+    def __init__(self, batches: list[list[int]]):
+        self.batches = [list(batch) for batch in batches]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator:
+        return iter([list(batch) for batch in self.batches])
 
 
 class _DeferredIterator:
@@ -389,9 +439,21 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
             timm_model = find_timm_model(self.trainer.lightning_module)
             if timm_model is not None:
                 self.configure_for_model(timm_model)
-        for split in SPLITS:
-            if split not in self._bases:
-                self._bases[split] = self._build_split(split)
+        built = [split for split in SPLITS if split not in self._bases]
+        for split in built:
+            self._bases[split] = self._build_split(split)
+        if built:
+            self._refuse_shared_files()
+
+    def _refuse_shared_files(self) -> None:
+        """Refuse one real file read as two images (under two classes, or in both splits: a measurement on training
+        images): checked once, on the file lists of both splits, for every layout (:func:`refuse_shared_files`)."""
+        lists = {}
+        for split, dataset in self._bases.items():
+            sample_files = self._sample_files(dataset)
+            if sample_files is not None:  # the image of each sample (its first file; a mask may be shared)
+                lists[split] = [sample_files(index)[0] for index in range(len(dataset))]
+        refuse_shared_files(lists)
 
     def base_dataset(self, split: str) -> Dataset:
         """Untransformed (PIL image, target) dataset of a split ("train" or "val"), all samples."""
@@ -509,6 +571,12 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         if world_size > 1 and images < world_size:
             raise ConfigError(f"{images} training image(s) for {world_size} processes: every process needs at least "
                               "one; raise data.init_args.max_samples or lower --trainer.devices")
+        if world_size > 1 and images // world_size < shard_batch_count(images, world_size, self.batch_size):
+            raise ConfigError(
+                f"data.batch_size {self.batch_size}: {images} images on {world_size} processes give them different "
+                f"numbers of batches ({-(-images // world_size)} and {images // world_size}), and the processes step "
+                f"through their batches together; raise data.init_args.batch_size, or score a multiple of "
+                f"{world_size} images (data.init_args.max_samples)")
         self._shard = (int(rank), int(world_size)) if world_size > 1 else None
 
     def train_dataloader(self) -> DataLoader:
@@ -517,7 +585,8 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         shard = getattr(self, "_shard", None)
         if shard is not None:  # the crops and probes of an image are seeded by its index: the same in any shard
             rank, world = shard
-            return self._loader(Subset(dataset, range(rank, len(dataset), world)), shuffle=False)
+            batches = shard_batches(len(dataset), rank, world, self.batch_size)
+            return self._loader(Subset(dataset, range(rank, len(dataset), world)), shuffle=False, batches=batches)
         return self._loader(dataset, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
@@ -531,9 +600,16 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         """The val split (the evaluation split of ImageNet, ADE20K and VOC)."""
         return self.val_dataloader()
 
-    def _loader(self, dataset: Dataset, shuffle: bool, batch_size: Optional[int] = None) -> DataLoader:
+    def _loader(self, dataset: Dataset, shuffle: bool, batch_size: Optional[int] = None,
+                batches: Optional[list[list[int]]] = None) -> DataLoader:
         # Shuffling by (seed, epoch), not by a generator that advances from pass to pass: a run
         # resumed from a checkpoint then gets the same order as an uninterrupted one.
+        # ``batches``: the batches of ``dataset`` itself (indices), in order (a shard's: :func:`shard_batches`).
+        if batches is not None:
+            workers = min(self.num_workers, cpu_cores())
+            return DeferredDataLoader(
+                dataset, batch_sampler=FixedBatches(batches), num_workers=workers, pin_memory=self.pin_memory,
+                persistent_workers=workers > 0, generator=torch.Generator().manual_seed(self.seed))
         sampler = None
         if shuffle:
             per_sample_seeds = isinstance(dataset, MappedDataset) and dataset.seed is not None
@@ -544,6 +620,45 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
             pin_memory=self.pin_memory, persistent_workers=workers > 0,
             generator=torch.Generator().manual_seed(self.seed),  # worker base seeds: not drawn from the global RNG
         )
+
+    # -- what a run read ---------------------------------------------------------------------
+    def input_fingerprint(self, max_samples: Sequence[Optional[int]] = (None,), split: str = "train") -> dict[str, Any]:
+        """The fingerprint of what a run reads of ``split``: the files of the samples that the seeded subsets of sizes
+        ``max_samples`` (None: the module's ``max_samples``; the pruning pass's subset) take, in their order, each as
+        ``[path, label, size, modification time (ns), sha256 of its bytes]`` (label -1 when unlabeled); for a data set
+        read from a few source files (Fashion-MNIST's IDX files, :meth:`_source_files`) those files whole. ``listed``:
+        how many samples the split lists (the subsets are drawn from all of them). A resumed run compares it with the
+        interrupted run's (:func:`snapvit_pl.pipeline.resume.check_inputs`). Subclasses may refine it; a data set
+        with neither per-sample nor source files has no files to fingerprint (``files`` empty).
+
+        Raises:
+            DataError: a file that cannot be read.
+        """
+        base = self.base_dataset(split)
+        sample_files = self._sample_files(base)
+        if sample_files is None:
+            files = [(path, -1) for path in self._source_files(base)]
+        else:
+            indices: set[int] = set()
+            for limit in max_samples:
+                subset = self.dataset(split, limit)
+                indices.update(subset.indices if subset is not base else range(len(base)))
+            targets = dataset_targets(base)
+            files = [(path, -1 if targets is None else targets[index])
+                     for index in sorted(indices) for path in sample_files(index)]
+        return {"split": split, "listed": len(base), "files": [_file_record(path, label) for path, label in files]}
+
+    def _source_files(self, dataset: Dataset) -> list[str]:
+        """The files a data set without per-sample files is read from: the ``source_files`` of ``dataset`` or of a
+        data set it wraps (``dataset``, ``items``); [] when none is known."""
+        seen = 0
+        while dataset is not None and seen < 8:
+            files = getattr(dataset, "source_files", None)
+            if files:
+                return [str(path) for path in files]
+            inner = getattr(dataset, "dataset", None)
+            dataset, seen = inner if inner is not None else getattr(dataset, "items", None), seen + 1
+        return []
 
     # -- subclass interface -----------------------------------------------------------------
     @abstractmethod

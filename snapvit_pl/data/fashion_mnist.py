@@ -96,8 +96,11 @@ class FashionMNIST(Dataset):
             raise missing_fashion_mnist_error(root)
         prefix = _SPLIT_PREFIX[split]
         self.directory = directory
-        self.data = read_idx(_idx_path(directory, f"{prefix}-images-idx3-ubyte"))
-        self.targets = read_idx(_idx_path(directory, f"{prefix}-labels-idx1-ubyte")).long()
+        #: the IDX files this split is read from (what a run's input fingerprint hashes)
+        self.source_files = [_idx_path(directory, f"{prefix}-{kind}")
+                             for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
+        self.data = read_idx(self.source_files[0])
+        self.targets = read_idx(self.source_files[1]).long()
         if self.data.ndim != 3 or len(self.data) != len(self.targets):
             raise DataError(f"Fashion-MNIST files in {directory} disagree ({tuple(self.data.shape)} images, "
                             f"{len(self.targets)} labels); reinstall dataset-fashion-mnist")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Callable, Optional, Sequence
 
 from PIL import Image
@@ -79,6 +79,37 @@ def _is_dir(entry: os.DirEntry) -> bool:
 def _identity(folder: Path) -> tuple[int, int]:
     stat = folder.stat()
     return stat.st_dev, stat.st_ino
+
+
+def refuse_shared_files(splits: Mapping[str, Sequence[str]]) -> None:
+    """Refuse a real file listed twice: under two classes, in both splits, or twice in one list (a class folder
+    that links to another, a ``val`` that links to ``train``, a file hard-linked into two classes). A link to a file
+    is itself a way to the file (its (device, inode) is the target's), so links that point to distinct files stay
+    allowed. One ``stat`` per file; no image is read. Links to missing files are passed over (refused, or skipped
+    with ``skip_corrupt``, where they are read).
+
+    Args:
+        splits: the image files of each split, in the order they are listed.
+
+    Raises:
+        DataError: naming both paths.
+    """
+    seen: dict[tuple[int, int], str] = {}
+    for paths in splits.values():
+        for path in paths:
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            first = seen.get((stat.st_dev, stat.st_ino))
+            if first is None:
+                seen[stat.st_dev, stat.st_ino] = path
+                continue
+            if os.fspath(first) == os.fspath(path):
+                raise DataError(f"data: {path} is listed twice; a file may appear once, in one class of one split")
+            how = ("a symlink" if os.path.realpath(first) == os.path.realpath(path) else "a hard link")
+            raise DataError(f"data: {path} and {first} are the same file ({how}); a file may appear once, in one "
+                            "class of one split: remove one of them, or link to distinct files")
 
 
 class ImageTree(ImageFolder):

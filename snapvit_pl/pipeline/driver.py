@@ -45,7 +45,7 @@ from .extraction import Correction, Evaluation, check_budgets, correction_record
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
-from .resume import RESUME_FILE, check_resume_state, save_resume_state
+from .resume import RESUME_FILE, check_inputs, check_resume_state, save_resume_state
 from .settings import PipelineSettings
 from .splits import choose_splits, split_table
 from .state import DenseModel, ExtractedModel, RunState, Timings
@@ -154,6 +154,7 @@ class Pipeline:
         self._search_progress: Optional[SearchProgress] = None
         self._splits = SplitTable()  # the chosen splits, as the elastic scores record them
         self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
+        self._inputs_source: Any = None  # the DataModule whose fingerprint the run records (record_inputs)
 
     # -- shared by the stages --------------------------------------------------------------------------------
     @property
@@ -227,6 +228,37 @@ class Pipeline:
         if self.seg_datamodule is not None:
             self.seg_datamodule.configure_for_model(self.model)
         self.inputs = DataModuleInputs(datamodule, self.seg_datamodule)
+        if self.state.inputs is None and self._inputs_source is datamodule:  # downloaded since record_inputs
+            self._current_inputs()
+            self.save_progress()
+
+    def record_inputs(self, datamodule: Any) -> None:
+        """Fingerprint what this run reads of ``datamodule``'s training split for its scores
+        (:meth:`~snapvit_pl.data.VisionDataModule.input_fingerprint`): the pruning pass's subset (when the scorer
+        reads data) and, when the search or the fitness split choice runs, the fitness images' subset. It is saved
+        with the progress, and a resume recomputes and compares it before anything else (:meth:`load_state_dict`
+        refuses other images). The calibration and evaluation images are not in it: a resumed run reads them afresh
+        in full (the export always runs again), so they never mix with what the interrupted run read.
+
+        Call it before the run's first :meth:`save_progress` or :meth:`load_state_dict`. A DataModule that downloads
+        (``download: true``) is fingerprinted once it is prepared (:meth:`use_datamodule`, which then saves the
+        progress) unless a resume needs it first; one without ``input_fingerprint`` records nothing.
+        """
+        if getattr(datamodule, "input_fingerprint", None) is None:
+            return
+        self._inputs_source = datamodule
+        if not getattr(datamodule, "download", False):  # now: a data error comes before anything is written
+            self._current_inputs()
+
+    def _current_inputs(self) -> Optional[dict[str, Any]]:
+        """The fingerprint :meth:`record_inputs` asked for, computed once (None: nothing recorded)."""
+        if self.state.inputs is None and self._inputs_source is not None:
+            s = self.settings
+            sizes: list[Optional[int]] = [None] if s.importance.scorer.requires_data else []
+            if s.search.max_evaluations > 0 or s.export.split == "fitness":
+                sizes.append(s.search.num_images)
+            self.state.inputs = self._inputs_source.input_fingerprint(sizes)
+        return self.state.inputs
 
     # -- checks before any work ------------------------------------------------------------------------------
     def check(self) -> None:
@@ -536,6 +568,7 @@ class Pipeline:
             "elapsed_s": self.state.elapsed(), "peak_memory_mb": dict(self.state.peak_memory_mb),
             "local": None if self.state.local is None else self.state.local.to_dict(),
             "search": None if self._search_progress is None else self._search_progress.to_dict(),
+            "inputs": self.state.inputs,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -544,6 +577,8 @@ class Pipeline:
 
         Raises:
             CheckpointError: the base weights are not those the run started with.
+            DataError: the pruning images are not those the run read (:func:`~snapvit_pl.pipeline.resume.check_inputs`
+                against :meth:`record_inputs`, when this pipeline recorded them).
         """
         check_resume_state(state, architecture(self.model), [f.name for f in fields(Timings)],
                            self.run_dir / RESUME_FILE if self.run_dir else "the resume state")
@@ -553,6 +588,8 @@ class Pipeline:
                 f"the base weights changed since the run started (fingerprint {saved[:12]} != "
                 f"{self.state.fingerprint[:12]}): resume with the weights it started with, or start a new run"
             )
+        check_inputs(state.get("inputs"), self._current_inputs(), kept=state.get("local") is not None
+                     or state.get("search") is not None)
         self.state.timings = type(self.state.timings)(**state.get("timings", {}))
         self.state.elapsed_before = float(state.get("elapsed_s", 0.0))
         self.state.peak_memory_mb.update(state.get("peak_memory_mb", {}))

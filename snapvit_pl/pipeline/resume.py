@@ -4,17 +4,19 @@ The driver (:class:`snapvit_pl.pipeline.Pipeline`) writes it when a run starts (
 the local scores are complete, and after every round of search evaluations, so a run killed at any
 point loses at most one evaluation per rank (an importance pass cut short restarts). It holds no
 pickled objects: tensors, numbers, strings and lists only; and a checksum of its content and of the run's
-``config.yaml``, both checked when it is read back (a damaged file, or settings edited since, are refused).
+``config.yaml``, both checked when it is read back (a damaged file, or settings edited since, are refused). It also
+records what the run reads of its data (``inputs``: :meth:`snapvit_pl.data.VisionDataModule.input_fingerprint`),
+which a resume recomputes and compares (:func:`check_inputs`): a run never continues on other images.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import torch
 
-from ..errors import CheckpointError, field_error
+from ..errors import CheckpointError, DataError, field_error
 from ..io import atomic_path, sha256_file, verify_checksum, with_checksum
 from ..models.loading import UNREADABLE_CHECKPOINT
 
@@ -93,12 +95,73 @@ def check_resume_state(state: dict[str, Any], widths: dict[str, list[int]], stag
             shapes = [tuple(v.shape) for v in vectors] if vectors is not None else scores
             if shapes != [(n,) for n in sizes] or not all(bool(torch.isfinite(v).all()) for v in vectors):
                 refuse(f"local.{key}", shapes, f"finite scores of shapes {[(n,) for n in sizes]} (the model's blocks)")
+    inputs = state.get("inputs")
+    if inputs is not None and not _is_fingerprint(inputs):
+        refuse("inputs", type(inputs).__name__, "the fingerprint of the pruning data (split, listed, files: "
+               "[path, label, size, mtime_ns, sha256] each)")
     search = state.get("search")
     if search is not None:
         fitness = search.get("initial_fitness") if isinstance(search, dict) else None
         if not isinstance(search, dict) or not isinstance(search.get("optimizer"), dict) or not (
                 isinstance(fitness, (int, float)) and not isinstance(fitness, bool) and math.isfinite(fitness)):
             refuse("search", type(search).__name__, "the search's progress (optimizer state, initial fitness)")
+
+
+def _is_fingerprint(inputs: Any) -> bool:
+    """Whether ``inputs`` has the shape of :meth:`snapvit_pl.data.VisionDataModule.input_fingerprint`."""
+    def integer(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def record(item: Any) -> bool:
+        return (isinstance(item, list) and len(item) == 5 and isinstance(item[0], str) and integer(item[1])
+                and integer(item[2]) and integer(item[3]) and isinstance(item[4], str) and len(item[4]) == 64)
+
+    return (isinstance(inputs, dict) and isinstance(inputs.get("split"), str) and integer(inputs.get("listed"))
+            and isinstance(inputs.get("files"), list) and all(record(item) for item in inputs["files"]))
+
+
+def check_inputs(recorded: Any, current: Optional[dict[str, Any]], kept: bool = True) -> None:
+    """Refuse a resume whose pruning data are not what the interrupted run read: ``recorded`` (its resume state's
+    fingerprint) against ``current`` (:meth:`snapvit_pl.data.VisionDataModule.input_fingerprint` now; None: the
+    run has no data module, nothing to compare). ``kept``: the state holds progress a resume keeps (without it, a
+    state that recorded no fingerprint, a run stopped before its data were prepared, is no risk).
+
+    The files a run read are compared by path, label and content (sha256), in order: an image replaced, removed,
+    relabelled (moved to another class) or added among those read is refused. A file's modification time alone
+    (``touch``, a copy that kept the bytes) is no change. A file the run does not read (a text file in the folder,
+    an image in the val split, a file outside the seeded subset) is no change either; but an image added to (or
+    removed from) the split the subset is drawn from usually changes the subset itself (the seeded draw runs over
+    the whole list), and a different subset is refused: the resumed run would continue scores computed on other
+    images.
+
+    Raises:
+        DataError: one line: how many files differ, one of them, and the fix.
+    """
+    if current is None:
+        return
+    if recorded is None and not kept:
+        return
+    if recorded is None:
+        raise DataError("--resume: the interrupted run recorded no fingerprint of its pruning images, so a change "
+                        "since cannot be ruled out; start a new run (another --out_dir)")
+
+    def key(files: list) -> list[tuple]:
+        return [(path, label, sha) for path, label, _, _, sha in files]
+
+    before, now = key(recorded["files"]), key(current["files"])
+    if recorded.get("split") == current.get("split") and before == now:
+        return
+    old, new = {path: item for path, *item in before}, {path: item for path, *item in now}
+    paths = list(dict.fromkeys([path for path, *_ in before] + [path for path, *_ in now]))
+    differ = [path for path in paths if old.get(path) != new.get(path)] or paths  # (else: the same files reordered)
+    example = f", e.g. {differ[0]}" if differ else ""
+    listed = ""
+    if recorded.get("listed") != current.get("listed"):
+        listed = (f"; the {current.get('split')} split lists {current.get('listed')} images, "
+                  f"{recorded.get('listed')} then, and the seeded subset is drawn from all of them")
+    raise DataError(f"--resume: the pruning images changed since the run was interrupted ({len(differ)} of "
+                    f"{len(paths)} files differ{example}{listed}); restore them, or start a new run "
+                    "(another --out_dir)")
 
 
 def has_progress(run_dir: str | Path) -> bool:

@@ -149,6 +149,7 @@ class RunState:
     scores_file: Optional[str] = None
     correction: dict[str, Any] = field(default_factory=dict)  # what the export did about the weight correction
     skipped_files: dict[str, list[str]] = field(default_factory=dict)  # unreadable data files passed over, per split
+    inputs: Optional[dict[str, Any]] = None  # what the run reads of its data (VisionDataModule.input_fingerprint)
     timings: Timings = field(default_factory=Timings)
     peak_memory_mb: dict[str, float] = field(default_factory=dict)  # per stage (the kind: memory_kind)
     memory_kind: str = ""  # "CUDA max allocated" or "process peak RSS"

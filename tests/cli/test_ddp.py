@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from run_helpers import digests
 from snapvit_pl.elastic import ElasticScores
 from snapvit_pl.models import load_pruned
 
@@ -20,6 +21,40 @@ pytestmark = [
     pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="apt-get install dataset-fashion-mnist"),
 ]
 EVALUATIONS = 6
+IMAGES = 49  # neither 2 nor 3 divides it: the shards differ in size (25 + 24; 17 + 16 + 16)
+
+# Loaded by a run through PYTHONPATH when SNAPVIT_TEST_COUNT_DIR is set: each rank writes which images of the pruning
+# subset its importance pass read and how many images its scorer counted, before and after the sum over ranks.
+COUNT_IMAGES = '''
+import os
+if os.environ.get("SNAPVIT_TEST_COUNT_DIR"):
+    import json
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    import snapvit_pl.data.base as base
+    import snapvit_pl.scoring.base as scoring
+
+    seen = {}
+    loader, reduce = base.VisionDataModule.train_dataloader, scoring.SummedStatistics.reduce
+
+    def recording_loader(self):
+        result = loader(self)
+        seen["indices"] = [int(i) for i in getattr(result.dataset, "indices", range(len(result.dataset)))]
+        seen["batches"] = len(result)
+        return result
+
+    def recording_reduce(self, all_reduce_sum):
+        own = self._samples
+        reduce(self, all_reduce_sum)
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        record = {**seen, "samples": own, "total": self._samples}
+        (Path(os.environ["SNAPVIT_TEST_COUNT_DIR"]) / f"rank{rank}.json").write_text(json.dumps(record))
+
+    base.VisionDataModule.train_dataloader = recording_loader
+    scoring.SummedStatistics.reduce = recording_reduce
+'''
 
 
 def _free_port() -> int:
@@ -49,20 +84,69 @@ def _together(commands: list[tuple[list[str], dict]], cwd: Path) -> None:
 @pytest.fixture(scope="module")
 def prune_args():
     return ["--model.checkpoint_path=null", "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2",
-            "--model.model_kwargs.num_heads=4", "--data.init_args.max_samples=48", "--data.init_args.batch_size=16",
-            "--data.init_args.n_local_views=2", f"--search.max_evaluations={EVALUATIONS}", "--search.num_images=32",
+            "--model.model_kwargs.num_heads=4", f"--data.init_args.max_samples={IMAGES}",
+            "--data.init_args.batch_size=16", "--data.init_args.n_local_views=2",
+            f"--search.max_evaluations={EVALUATIONS}", f"--search.num_images={IMAGES}",
             "--search.batch_size=32", "--search.pca_components=8", "--export.budgets=[{flops: 0.6}]",
             "--export.split_grid=0", "--evaluation.metrics=[]", "--report.print_table=false", "--progress=off",
             "--trainer.accelerator=cpu"]
 
 
 @pytest.fixture(scope="module")
-def single(prune_args, tmp_path_factory):
+def counting(tmp_path_factory):
+    """``counting(name)``: the environment of a run whose ranks record the images they scored (:data:`COUNT_IMAGES`),
+    and the directory they record them in."""
+    hooks = tmp_path_factory.mktemp("hooks")
+    (hooks / "sitecustomize.py").write_text(COUNT_IMAGES)
+
+    def counting(name: str) -> tuple[dict, Path]:
+        records = tmp_path_factory.mktemp(name)
+        return _env(SNAPVIT_TEST_COUNT_DIR=str(records), PYTHONPATH=os.pathsep.join(
+            filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))), records
+
+    return counting
+
+
+def _scored_once(records: Path, ranks: int) -> None:
+    """Every image of the pruning subset scored by exactly one rank; every rank as many batches; the summed count
+    the number of images."""
+    counts = [json.loads((records / f"rank{r}.json").read_text()) for r in range(ranks)]
+    indices = sorted(i for c in counts for i in c["indices"])
+    assert indices == list(range(IMAGES))
+    assert [c["samples"] for c in counts] == [len(c["indices"]) for c in counts]
+    assert all(c["total"] == IMAGES for c in counts) and len({c["batches"] for c in counts}) == 1
+
+
+@pytest.fixture(scope="module")
+def single_run(prune_args, counting, tmp_path_factory) -> Path:
     """The single-process run everything is compared with."""
     out = tmp_path_factory.mktemp("single")
-    _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(out), *prune_args], out)
+    env, records = counting("single_counts")
+    _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(out), *prune_args], out, env)
     assert json.loads((out / "report.json").read_text())["search"]["evaluations_per_rank"] == [EVALUATIONS]
-    return ElasticScores.load(out / "elastic_scores.safetensors")
+    _scored_once(records, 1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def single(single_run):
+    return ElasticScores.load(single_run / "elastic_scores.safetensors")
+
+
+def test_uneven_shards_on_two_and_three_processes_write_the_single_process_files(prune_args, single_run, counting,
+                                                                                   tmp_path):
+    """49 images on 2 processes (shards of 25 and 24) and on 3 (17, 16, 16): the scores file and the model files
+    byte for byte those of one process, every image scored once, the search's candidates shared out. (3 processes
+    used to hang: the 17-image shard had one batch more than the others, and Lightning's per-batch broadcast waited
+    for them for gloo's 30 minutes.)"""
+    for ranks in (2, 3):
+        env, records = counting(f"counts{ranks}")
+        _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / str(ranks)), *prune_args,
+              f"--trainer.devices={ranks}"], tmp_path, env)
+        assert digests(tmp_path / str(ranks)) == digests(single_run)
+        _scored_once(records, ranks)
+        per_rank = json.loads((tmp_path / str(ranks) / "report.json").read_text())["search"]["evaluations_per_rank"]
+        assert len(per_rank) == ranks and sum(per_rank) == EVALUATIONS and max(per_rank) - min(per_rank) <= 1
 
 
 def _same_as_single(out: Path, single: ElasticScores, ranks: int = 2) -> ElasticScores:

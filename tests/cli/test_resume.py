@@ -1,6 +1,8 @@
 """Interrupted prune runs (SIGKILL or SIGTERM, in the importance pass, in the middle of a search generation, in the
 export) resume to exactly the uninterrupted result: the scores file and every model byte for byte. While a run
-holds its directory, a second run or a resume into it is refused; a killed run's lock does not block its resume."""
+holds its directory, a second run or a resume into it is refused; a killed run's lock does not block its resume. A
+resume on other images than the interrupted run read is refused; one after changes to files it does not read is not."""
+import hashlib
 import json
 import os
 import signal
@@ -9,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from run_helpers import digests as _digests, env as _env, in_search as _in_search, wait_for as _wait_for
 
@@ -148,3 +152,59 @@ def test_a_resume_that_would_change_the_result_is_refused(tmp_path):
     _one_error(_prune("--resume", str(run), f"--model.checkpoint_path={other}"), "--model.checkpoint_path")
     assert (run / "config.yaml").read_text() == config
     assert _prune("--resume", str(run), "--report.print_table=false").returncode == 0  # a documented safe override
+
+
+#: A folder data set in place of Fashion-MNIST: 48 training images, of which the pruning pass and the search read 32.
+FOLDER_ARGS = [a for a in ARGS if not a.startswith(("--data.init_args.max_samples", "--search.num_images",
+                                                     "--search.batch_size"))] + [
+    "--data.init_args.source=folder", "--data.init_args.max_samples=32", "--search.num_images=32",
+    "--search.batch_size=32"]
+
+
+def _image_folder(root: Path) -> Path:
+    """root/{train,val}/{c0,c1}: 24 + 4 random 28x28 grayscale PNGs per class."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 24), ("val", 4)):
+        for c in range(2):
+            (root / split / f"c{c}").mkdir(parents=True)
+            for i in range(count):
+                Image.fromarray(rng.integers(0, 255, (28, 28), dtype=np.uint8) // (c + 1)).save(
+                    root / split / f"c{c}" / f"{i}.png")
+    return root
+
+
+def _files(run: Path) -> dict[str, str]:
+    """sha256 of every file of a run directory (its lock aside: a resume takes and releases it)."""
+    return {str(f.relative_to(run)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(run.rglob("*")) if f.is_file() and f.name != ".lock"}
+
+
+def test_a_resume_on_other_images_is_refused_and_one_after_unrelated_changes_is_not(tmp_path):
+    data = _image_folder(tmp_path / "data")
+    args = [*FOLDER_ARGS, f"--data.init_args.root={data}"]
+    reference = tmp_path / "reference"
+    done = _prune("--out_dir", str(reference), *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(run), *args],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env())
+    _wait_for(run, process, lambda state: state.get("search") is not None)  # scores kept, the search under way
+    process.kill()
+    process.communicate(timeout=300)
+    images = {path: path.read_bytes() for path in sorted((data / "train").rglob("*.png"))}
+    noise = np.random.default_rng(1)
+    for path in images:  # every image replaced with noise
+        Image.fromarray(noise.integers(0, 255, (28, 28), dtype=np.uint8)).save(path)
+    before = _files(run)
+    _one_error(_prune("--resume", str(run)), "--resume: the pruning images changed since the run was interrupted "
+                                              "(32 of 32 files differ, e.g. ")
+    assert _files(run) == before  # nothing written
+    for path, content in images.items():  # restored (new modification times, the same bytes)
+        path.write_bytes(content)
+    (data / "train" / "c0" / "notes.txt").write_text("not an image")  # files the run does not read
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(data / "val" / "c0" / "new.png")
+    (data / "test").mkdir()
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(data / "test" / "0.png")
+    resumed = _prune("--resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _digests(run) == _digests(reference)

@@ -1,4 +1,8 @@
-"""Reading one image: high bit depths scaled (not saturated), what PIL refuses as one DataError."""
+"""Reading one image: high bit depths scaled (not saturated), what PIL refuses as one DataError; the fingerprint of
+what a run reads (a resume compares it)."""
+import hashlib
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -48,3 +52,40 @@ def test_a_decompression_bomb_is_one_error_and_skipped_with_skip_corrupt(tmp_pat
                                   max_samples=None)
     assert len(dm.dataset("train")) + len(dm.dataset("val")) == 6
     assert sorted(p.rsplit("/", 2)[-2] for p in dm.skipped["train"] + dm.skipped["val"]) == ["a", "b"]
+
+
+def _tree(root, per_class=6):
+    for c, value in (("a", 20), ("b", 150)):
+        for i in range(per_class):
+            (root / "train" / c).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full((8, 8), value + i, np.uint8)).save(root / "train" / c / f"{i}.png")
+        (root / "val" / c).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((8, 8), value, np.uint8)).save(root / "val" / c / "v.png")
+    return root
+
+
+def test_the_input_fingerprint_covers_the_files_the_subsets_read_and_their_bytes(tmp_path):
+    root = _tree(tmp_path / "root")
+    dm = ClassificationDataModule("folder", str(root), max_samples=4, seed=1)
+    fingerprint = dm.input_fingerprint()
+    subset = dm.dataset("train")
+    read = [subset.dataset.samples[i] for i in subset.indices]
+    assert fingerprint["split"] == "train" and fingerprint["listed"] == 12
+    assert [(path, label) for path, label, *_ in fingerprint["files"]] == read  # the subset, in its order
+    path, _, size, mtime_ns, sha = fingerprint["files"][0]
+    assert (size, mtime_ns) == (os.stat(path).st_size, os.stat(path).st_mtime_ns)
+    assert sha == hashlib.sha256(open(path, "rb").read()).hexdigest()
+    both = dm.input_fingerprint([None, 6])  # the pruning pass's subset and another one (the search's images)
+    assert {f[0] for f in fingerprint["files"]} < {f[0] for f in both["files"]} and len(both["files"]) <= 10
+    assert len(dm.input_fingerprint([None, None])["files"]) == 4
+    assert not any("/val/" in f[0] for f in both["files"])  # the pruning data: the train split
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(read[0][0])  # new bytes: a new hash
+    again = ClassificationDataModule("folder", str(root), max_samples=4, seed=1).input_fingerprint()
+    assert again["files"][0][4] != sha and again["files"][1:] == fingerprint["files"][1:]
+
+
+def test_fashion_mnist_is_fingerprinted_by_its_files(fashion_mnist_dir):
+    fingerprint = ClassificationDataModule("fashion_mnist", max_samples=10).input_fingerprint()
+    names = sorted(os.path.basename(f[0]) for f in fingerprint["files"])
+    assert names == ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"] and fingerprint["listed"] == 60000
+    assert all(len(f[4]) == 64 and f[1] == -1 for f in fingerprint["files"])

@@ -1,6 +1,7 @@
 """ClassificationDataModule on fixture trees: shapes, labels, channels, subsets, bad input, Lightning."""
 import os
 import pickle
+import shutil
 from collections import Counter
 
 import numpy as np
@@ -170,6 +171,43 @@ def test_ddp_splits_val_across_processes(classification_tree, tiny_vit):
     assert results[0]["samples"] == 6  # 3 per process, each val image once
 
 
+def test_shards_of_an_uneven_image_count_have_as_many_batches_each_image_once(classification_tree, rgb32):
+    """prune.py's processes step through their batches together (Lightning exchanges a tensor at every batch): 12
+    images on 5 processes (shards of 3, 3, 2, 2, 2) in batches of 2 are 2 batches on every process, each image in
+    exactly one. (Before, the 3-image shards had 2 batches and the others 1: a run hung in gloo for 30 minutes.)"""
+    from snapvit_pl.data.base import shard_batches
+    from snapvit_pl.errors import ConfigError
+
+    dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, batch_size=2)
+    seen = []
+    for rank in range(5):
+        dm.shard(rank, 5)
+        loader = dm.train_dataloader()
+        batches = [images.shape[0] for images, _ in loader]
+        assert len(loader) == len(batches) == 2 and all(0 < size <= 2 for size in batches)
+        seen += list(loader.dataset.indices)
+    assert sorted(seen) == list(range(12))
+    for images in range(1, 60):  # every split: the same batch count, each image once, unchanged where it was equal
+        for world in range(2, 6):
+            for size in range(2, 18):
+                if images < world:
+                    continue
+                shards = [shard_batches(images, rank, world, size) for rank in range(world)]
+                assert len({len(batches) for batches in shards}) == 1
+                for rank, batches in enumerate(shards):
+                    count = len(range(rank, images, world))
+                    assert [i for batch in batches for i in batch] == list(range(count))
+                    assert all(0 < len(batch) <= size for batch in batches)
+                    if -(-count // size) == len(batches):  # the plain batching gave this count already
+                        assert [len(batch) for batch in batches] == [len(range(count)[i:i + size])
+                                                                     for i in range(0, count, size)]
+    dm.batch_size = 1  # 3 batches for the 3-image shards, but only 2 images on the others: refused, one line
+    with pytest.raises(ConfigError, match=r"data.batch_size 1: 12 images on 5 processes give them different numbers "
+                                          r"of batches \(3 and 2\)"):
+        dm.shard(0, 5)
+    dm.shard(0, 4)  # 3 each: fine
+
+
 def test_datamodule_and_datasets_pickle(classification_tree, rgb32):
     """ddp_spawn and spawn-started workers pickle the module and its datasets."""
     dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, skip_corrupt=True)
@@ -228,7 +266,7 @@ def test_train_augment_args_reach_timm(tmp_path, rgb32):
         (tmp_path / "train" / name).mkdir(parents=True)
         gradient = np.tile(np.linspace(0, 255, 32, dtype=np.uint8)[None, :, None], (32, 1, 3))  # dark left, bright right
         Image.fromarray(gradient).save(tmp_path / "train" / name / "x.png")
-    (tmp_path / "val").symlink_to(tmp_path / "train")
+    shutil.copytree(tmp_path / "train", tmp_path / "val")  # (a link to train is refused: the same files twice)
     args = {"scale": (1.0, 1.0), "ratio": (1.0, 1.0), "hflip": 1.0, "color_jitter": 0.0}
     dm = ClassificationDataModule("folder", str(tmp_path), data_config=rgb32, train_augment=True, train_augment_args=args)
     augmented, plain = dm.labeled_dataset("train")[0][0], dm.labeled_dataset("val")[0][0]

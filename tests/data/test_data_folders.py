@@ -1,5 +1,6 @@
 """Image folders as practitioners have them: ImageNet's flat validation folder with its label file, plain folders of
-unlabeled images, and one error line naming the accepted layouts for anything else."""
+unlabeled images, and one error line naming the accepted layouts for anything else; one real file under two classes
+or in both splits (links, hard links) refused."""
 import os
 
 import numpy as np
@@ -139,3 +140,95 @@ def test_a_link_to_a_missing_file_is_refused_before_any_work_or_skipped(tmp_path
                                   max_samples=None)
     assert len(dm.dataset("train")) + len(dm.dataset("val")) == 8
     assert [os.path.basename(p) for p in dm.skipped["train"] + dm.skipped["val"]] == ["gone.png"]
+
+
+def _split_tree(root, per_class=2):
+    """root/{train,val}/{a,b}/<i>.png, every file distinct."""
+    for s, split in enumerate(("train", "val")):
+        for c, value in (("a", 40), ("b", 200)):
+            for i in range(per_class):
+                save_image(str(root / split / c / f"{i}.png"), np.full((8, 8), value + 10 * s + i, np.uint8))
+    return root
+
+
+def _refused(root, first, second, **kwargs):
+    """The one DataError of reading ``root``: it names both paths (relative to root) as the same file (the one
+    listed later first)."""
+    with pytest.raises(DataError) as raised:
+        ClassificationDataModule("folder", str(root), **kwargs).dataset("train")
+    message = str(raised.value)
+    assert (f"{root / second} and {root / first} are the same file" in message
+            or kwargs.get("val_split") and f"{root / first} and {root / second} are the same" in message), message
+    assert "a file may appear once, in one class of one split" in message and "\n" not in message
+
+
+def test_a_class_linked_to_another_class_is_refused(tmp_path):
+    """Class b a link to class a: every image read under both labels (k-NN 50%, no warning)."""
+    root = _split_tree(tmp_path / "root")
+    for split in ("train", "val"):
+        for file in (root / split / "b").iterdir():
+            file.unlink()
+        (root / split / "b").rmdir()
+        (root / split / "b").symlink_to(root / split / "a", target_is_directory=True)
+    _refused(root, "train/a/0.png", "train/b/0.png")
+
+
+def test_val_linked_to_train_is_refused(tmp_path):
+    """val a link to train: an evaluation on the training images."""
+    root = _split_tree(tmp_path / "root")
+    for file in (root / "val").rglob("*.png"):
+        file.unlink()
+    for folder in ("a", "b"):
+        (root / "val" / folder).rmdir()
+    (root / "val").rmdir()
+    (root / "val").symlink_to(root / "train", target_is_directory=True)
+    _refused(root, "train/a/0.png", "val/a/0.png")
+
+
+def test_one_file_hard_linked_into_two_classes_or_both_splits_is_refused(tmp_path):
+    root = _split_tree(tmp_path / "root")
+    os.link(root / "train" / "a" / "1.png", root / "train" / "b" / "extra.png")
+    _refused(root, "train/a/1.png", "train/b/extra.png")
+    (root / "train" / "b" / "extra.png").unlink()
+    (root / "val" / "b" / "1.png").unlink()
+    os.link(root / "train" / "b" / "0.png", root / "val" / "b" / "1.png")
+    _refused(root, "train/b/0.png", "val/b/1.png")
+
+
+@pytest.mark.parametrize("layout", ["val_split", "flat_val", "unlabeled"])
+def test_the_same_file_twice_is_refused_in_every_layout(tmp_path, layout):
+    root = tmp_path / "root"
+    if layout == "val_split":  # root/<class>/<image>: the seeded split of one tree
+        _class_tree(root)
+        os.link(root / "a" / "0.png", root / "b" / "copy.png")
+        _refused(root, "a/0.png", "b/copy.png", val_split=0.5)
+    elif layout == "flat_val":  # ImageNet's flat validation folder: an image of the train split in it
+        _imagenet_like(root)
+        lines = ["ImageId,PredictionString"] + [f"{name},{wnid} 1 2 3 4" for name, wnid in VAL]
+        (root / "LOC_val_solution.csv").write_text("\n".join(lines) + "\n")
+        first = "train/n01484850/n01484850_0.JPEG"
+        (root / "val" / f"{VAL[0][0]}.JPEG").unlink()
+        (root / "val" / f"{VAL[0][0]}.JPEG").symlink_to(root / first)
+        _refused(root, first, f"val/{VAL[0][0]}.JPEG")
+    else:  # a plain folder of unlabeled images
+        for i in range(3):
+            save_image(str(root / f"{i}.png"), np.full((8, 8), 30 * i, np.uint8))
+        os.link(root / "1.png", root / "3.png")
+        _refused(root, "1.png", "3.png")
+
+
+def test_links_to_distinct_files_are_accepted(tmp_path):
+    """Links are a common way to assemble a data set: each to its own file is fine, also a class folder that is a
+    link to a folder outside the tree."""
+    store = tmp_path / "store"
+    for i in range(6):
+        save_image(str(store / f"{i}.png"), np.full((8, 8), 30 * i, np.uint8))
+    root = tmp_path / "root"
+    for split, offset in (("train", 0), ("val", 2)):
+        for c, first in (("a", 0), ("b", 1)):
+            (root / split / c).mkdir(parents=True)
+            (root / split / c / "x.png").symlink_to(store / f"{offset + first}.png")
+    save_image(str(tmp_path / "elsewhere" / "0.png"), np.full((8, 8), 7, np.uint8))
+    (root / "train" / "a" / "more").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    dm = ClassificationDataModule("folder", str(root), max_samples=None)
+    assert len(dm.dataset("train")) == 3 and len(dm.dataset("val")) == 2

@@ -1,8 +1,13 @@
+import os
+
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from families import FAMILIES
-from snapvit_pl.errors import CheckpointError
+from snapvit_pl.data import ClassificationDataModule
+from snapvit_pl.errors import CheckpointError, DataError
 from snapvit_pl.models import load_backbone
 from snapvit_pl.pipeline import ImportanceSettings, Pipeline, PipelineSettings, SearchSettings, TensorInputs
 from snapvit_pl.pipeline.resume import RESUME_FILE, has_progress, load_resume_state
@@ -112,6 +117,8 @@ def test_a_pickled_resume_state_is_refused_in_the_projects_words(tmp_path):
     ("elapsed_s", "abc", "elapsed_s is 'abc'"),
     ("peak_memory_mb", {"cpu": float("nan")}, "peak_memory_mb"),
     ("search", {"optimizer": 3, "initial_fitness": 0.5}, "search is 'dict'"),
+    ("inputs", {"split": "train", "listed": 1, "files": [["a.png", 0, 10, 0, "ab"]]}, "inputs is 'dict'"),
+    ("inputs", [["a.png"]], "inputs is 'list'"),
 ])
 def test_a_resume_state_that_breaks_its_schema_is_refused_naming_the_field(field, value, message):
     from snapvit_pl.pipeline.resume import check_resume_state
@@ -122,3 +129,73 @@ def test_a_resume_state_that_breaks_its_schema_is_refused_naming_the_field(field
     with pytest.raises(CheckpointError) as raised:
         check_resume_state({field: value}, widths, stages, "state.pt")
     assert str(raised.value).startswith(f"state.pt: {message}") and "start the run again" in str(raised.value)
+
+
+def _image_folder(root, per_class=6):
+    """root/{train,val}/{a,b}: 8x8 grayscale PNGs, every file distinct."""
+    for split, count in (("train", per_class), ("val", 2)):
+        for c, value in (("a", 20), ("b", 150)):
+            (root / split / c).mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                Image.fromarray(np.full((8, 8), value + i + 50 * (split == "val"), np.uint8)).save(
+                    root / split / c / f"{i}.png")
+    return root
+
+
+def _interrupted(model, tmp_path, root):
+    """A run over the image folder ``root`` that recorded its inputs and saved its local scores."""
+    pipeline = _pipeline(model, tmp_path / "run")
+    pipeline.record_inputs(ClassificationDataModule("folder", str(root), max_samples=4))
+    pipeline.importance([])  # (Magnitude: no data) the search's 8 fitness images are what the scores depend on
+    return load_resume_state(tmp_path / "run")
+
+
+def _resume(model, tmp_path, root, state):
+    resumed = _pipeline(model, tmp_path / "run")
+    resumed.record_inputs(ClassificationDataModule("folder", str(root), max_samples=4))
+    resumed.load_state_dict(state)
+    return resumed
+
+
+def test_a_resume_on_other_images_is_refused(model, tmp_path):
+    root = _image_folder(tmp_path / "data")
+    state = _interrupted(model, tmp_path, root)
+    assert len(state["inputs"]["files"]) == 8 and state["inputs"]["listed"] == 12
+    noise = np.random.default_rng(0)
+    for path in (root / "train").rglob("*.png"):  # every image replaced with noise
+        Image.fromarray(noise.integers(0, 255, (8, 8), dtype=np.uint8)).save(path)
+    with pytest.raises(DataError) as raised:
+        _resume(model, tmp_path, root, state)
+    message = str(raised.value)
+    assert message.startswith("--resume: the pruning images changed since the run was interrupted (8 of 8 files "
+                              "differ, e.g. ") and "start a new run (another --out_dir)" in message, message
+    assert "\n" not in message and "lists" not in message
+    Image.fromarray(noise.integers(0, 255, (8, 8), dtype=np.uint8)).save(root / "train" / "a" / "extra.png")
+    with pytest.raises(DataError, match=r"the train split lists 13 images, 12 then, and the seeded subset"):
+        _resume(model, tmp_path, root, state)  # an image added where the subset is drawn from
+
+
+def test_a_resume_after_changes_to_what_it_does_not_read_is_accepted(model, tmp_path):
+    root = _image_folder(tmp_path / "data", per_class=8)
+    state = _interrupted(model, tmp_path, root)
+    read = {path for path, *_ in state["inputs"]["files"]}
+    unread = sorted(str(p) for p in (root / "train").rglob("*.png") if str(p) not in read)
+    assert len(read) == 8 and unread  # the search's 8 of the 16 training images
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(unread[0])  # an image outside the subset, replaced
+    (root / "train" / "a" / "notes.txt").write_text("not an image")  # unrelated files
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(root / "val" / "a" / "new.png")  # the val split: not read
+    (root / "test").mkdir()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(root / "test" / "x.png")
+    first = sorted(read)[0]
+    os.utime(first, ns=(0, 0))  # touched: the same bytes
+    resumed = _resume(model, tmp_path, root, state)
+    assert resumed.completed("importance") and resumed.state.inputs["files"][0][3] != state["inputs"]["files"][0][3]
+
+
+def test_a_state_without_an_input_fingerprint(model, tmp_path):
+    root = _image_folder(tmp_path / "data")
+    state = _interrupted(model, tmp_path, root)
+    with pytest.raises(DataError, match="recorded no fingerprint of its pruning images"):
+        _resume(model, tmp_path, root, {**state, "inputs": None})  # it kept scores computed on unknown images
+    _resume(model, tmp_path, root, {**state, "inputs": None, "local": None})  # it kept nothing: no risk
+    _pipeline(model, tmp_path / "api").load_state_dict(state)  # no data module (tensors): nothing to compare
