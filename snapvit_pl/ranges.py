@@ -72,7 +72,9 @@ def _check(name: str, value: Any, hint: Any) -> None:
 def plain(value: Any) -> Any:
     """``value`` with every constrained number (the parser makes ``PositiveInt(3)``, an ``int`` subclass) as a plain
     ``int`` / ``float``, through lists, tuples, mappings and jsonargparse namespaces (those in place): what a run
-    records, pickles (``torch.load(weights_only=True)`` reads no foreign class) and hands to torch is plain data."""
+    records, pickles (``torch.load(weights_only=True)`` reads no foreign class) and hands to torch is plain data.
+    (Instantiating a class from the parsed config casts its arguments again: :func:`check_fields` makes the settings
+    dataclasses plain once more, the one place those values are kept and saved.)"""
     from jsonargparse import Namespace
 
     if isinstance(value, bool) or type(value) in (int, float):

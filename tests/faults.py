@@ -92,6 +92,12 @@ def full_disk_on_flush(monkeypatch, where: str = "snapvit_pl.io.open") -> None:
         def __getattr__(self, name):
             return getattr(self.handle, name)
 
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
         def flush(self):
             raise OSError(errno.ENOSPC, "No space left on device")
 

@@ -142,8 +142,7 @@ _ONE_PASS = "the importance pass is one pass over --data.init_args.max_samples i
 #: A refused Trainer option -> what to set instead.
 _INSTEAD = {
     "limit_train_batches": _FEWER_IMAGES, "overfit_batches": _FEWER_IMAGES, "max_steps": _FEWER_IMAGES,
-    "fast_dev_run": "for a quick run add --config configs/prune/quick.yaml (fewer images, a short search) or "
-                    "--data.init_args.max_samples",
+    "fast_dev_run": "for a quick run add --config quick (fewer images, a short search) or --data.init_args.max_samples",
     "max_epochs": _ONE_PASS, "min_epochs": _ONE_PASS, "min_steps": _ONE_PASS,
     "max_time": "to bound the search's time set --search.max_time",
     "accumulate_grad_batches": "nothing is optimised, so nothing accumulates",

@@ -98,7 +98,7 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
     correction = report.get("correction") or {}
     if correction:
         lines.append(f"- weight correction: `{correction['method']}`, {correction['num_samples']} calibration images"
-                     if correction["applied"] else f"- weight correction: off" + (
+                     if correction["applied"] else "- weight correction: off" + (
                          f" ({correction['hint']})" if correction.get("hint") else ""))
     if report.get("peak_memory_mb"):
         lines.append(f"- peak memory ({report.get('peak_memory', '')}): " + ", ".join(

@@ -8,14 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from run_helpers import digests as _digests, env as _env, in_search as _in_search, wait_for as _wait_for
+from snapvit_pl.pipeline.resume import RESUME_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -48,10 +49,38 @@ if os.environ.get("SNAPVIT_TEST_KILL_IN_EXPORT"):
     extraction.save_pruned = save_then_die
 '''
 
+# Loaded by a run through PYTHONPATH: after SNAPVIT_TEST_SIGTERM_AFTER_BATCHES importance batches, rank 0 sends
+# SIGTERM to the run's whole process group (every rank), as a scheduler's stop or Ctrl+C in a terminal does.
+SIGTERM_IN_IMPORTANCE = '''
+import os
+if os.environ.get("SNAPVIT_TEST_SIGTERM_AFTER_BATCHES"):
+    import signal
+    from snapvit_pl.pipeline.driver import Pipeline
+    step, after = Pipeline.importance_step, int(os.environ["SNAPVIT_TEST_SIGTERM_AFTER_BATCHES"])
 
-def _start(run: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    def step_then_stop(self, batch):
+        result = step(self, batch)
+        self.test_batches = getattr(self, "test_batches", 0) + 1
+        if self.test_batches == after and os.environ.get("LOCAL_RANK", "0") == "0":
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+        return result
+
+    Pipeline.importance_step = step_then_stop
+'''
+
+
+def _start(run: Path, *extra: str, env: dict | None = None, own_group: bool = False) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(run), *ARGS, *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env or _env())
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env or _env(),
+                            start_new_session=own_group)
+
+
+def _hooked(tmp_path: Path, source: str, **variables: str) -> dict:
+    """The environment of a run that loads ``source`` at start-up (a sitecustomize module on its PYTHONPATH)."""
+    (tmp_path / "hooks").mkdir(exist_ok=True)
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(source)
+    return _env(**variables,
+                PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path / "hooks"), os.environ.get("PYTHONPATH")])))
 
 
 def _prune(*args: str) -> subprocess.CompletedProcess:
@@ -109,12 +138,8 @@ def test_stopped_in_the_middle_of_a_generation(reference, tmp_path, signum):
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
 def test_stopped_during_the_export(reference, tmp_path, signum):
-    (tmp_path / "hooks").mkdir()
-    (tmp_path / "hooks" / "sitecustomize.py").write_text(KILL_IN_EXPORT)
-    env = _env(SNAPVIT_TEST_KILL_IN_EXPORT=str(int(signum)),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path / "hooks"), os.environ.get("PYTHONPATH")])))
     run = tmp_path / "run"
-    process = _start(run, env=env)
+    process = _start(run, env=_hooked(tmp_path, KILL_IN_EXPORT, SNAPVIT_TEST_KILL_IN_EXPORT=str(int(signum))))
     _, stderr = process.communicate(timeout=600)
     assert process.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 130), stderr[-2000:]
     assert len(list((run / "models").iterdir())) == 1 and not (run / "report.json").exists()
@@ -124,19 +149,25 @@ def test_stopped_during_the_export(reference, tmp_path, signum):
     assert [p["label"] for p in report["pruned"]] == ["mlp0.35_head0.25", "flops0.6"]
 
 
-def test_sigterm_during_importance_then_resume(reference, tmp_path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_sigterm_during_importance_then_resume(reference, tmp_path, processes):
+    """SIGTERM after two importance batches (of 10 on one process, of 5 per rank on two): a clean stop, exit 130;
+    the resume (on as many processes, from the run's own config.yaml) scores again and writes the files of the
+    uninterrupted one-process run, the scores byte for byte."""
     run = tmp_path / "run"
-    process = _start(run)
-    _wait_for(run, process, lambda state: state.get("local") is None)  # the start state: importance running
-    time.sleep(0.5)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=300)
+    devices = [f"--trainer.devices={processes}", "--trainer.accelerator=cpu"] if processes > 1 else []
+    process = _start(run, *devices, env=_hooked(tmp_path, SIGTERM_IN_IMPORTANCE, SNAPVIT_TEST_SIGTERM_AFTER_BATCHES="2"),
+                     own_group=True)
+    _, stderr = process.communicate(timeout=600)
     assert process.returncode == 130, stderr[-2000:]
     assert f"continue with: python prune.py --resume {run}" in stderr
+    assert torch.load(run / RESUME_FILE, weights_only=True)["local"] is None  # stopped inside the importance pass
+    assert not (run / ".lock").exists() and not (run / "elastic_scores.safetensors").exists()
     again = _prune("--resume", str(run))
     assert again.returncode == 0, again.stderr[-3000:]
     report = _assert_same_run(reference, run)
     assert report["timings"]["scoring_s"] > 0 and report["search"]["resumed_at"] is None
+    assert len(report["search"]["evaluations_per_rank"]) == processes
     _one_error(_prune("--resume", str(run)), "already finished")
 
 
