@@ -419,6 +419,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
         check_before_imports(argv)  # option names, paths: before torch is imported and any weights are loaded
         from ..pipeline.resume import load_resume_state
+        from ..lightning.strategy import close_process_group
 
         cli = prune_cli(argv, resume_dir=resume_dir)
         pipeline = cli.model.pipeline
@@ -446,6 +447,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule)
             if "lock" in run:
                 run.pop("lock").release()
+            close_process_group()  # the ranks finish together
         except (KeyboardInterrupt, SystemExit) as err:
             if "lock" in run:
                 run.pop("lock").release()

@@ -66,6 +66,8 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
             config = self.config[self.subcommand] if self.subcommand else self.config
             if self.subcommand == "fit":
                 refuse_no_training(config.trainer)
+            if pretrain:
+                check_global_views(config.model, config.data)
             if config.trainer.default_root_dir is None and config.model.get("checkpoint"):
                 config.trainer.default_root_dir = str(finetune_dir(config.model.checkpoint))
             if config.trainer.logger in (None, True):  # TensorBoard in the run directory, as prune.py
@@ -139,6 +141,23 @@ def check_ckpt_model(value: Optional[str], model: Any) -> None:
     check_resumed_architecture(recorded, expected, value)
 
 
+def _setting(section: Any, key: str) -> Any:
+    """``section[key]`` of a parsed config section (a Namespace or a dict); None when absent."""
+    if section is None:
+        return None
+    return section.get(key) if hasattr(section, "get") else getattr(section, key, None)
+
+
+def check_global_views(model: Any, data: Any) -> None:
+    """Refuse self-distillation whose model and data count the global crops differently: the teacher's inputs are
+    the first ``model.n_global_views`` views of each image, so with the data's count apart a local crop would
+    become a teacher input (or a global crop a student-only view)."""
+    wanted, given = _setting(model, "n_global_views"), _setting(_setting(data, "init_args"), "n_global_views")
+    if wanted is not None and given is not None and wanted != given:
+        raise ConfigError(f"model.n_global_views {wanted} and data.init_args.n_global_views {given} differ: the "
+                          "teacher reads the first model.n_global_views crops of each image; give both the same value")
+
+
 def refuse_no_training(trainer: Any) -> None:
     """Refuse a ``fit`` that would train nothing: its exported model would be an untrained copy reported as trained."""
     for key in ("max_steps", "max_epochs", "limit_train_batches"):
@@ -155,12 +174,14 @@ def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
 
     def body(argv: list[str]) -> int:
         from ..lightning.preemption import PreemptionCheckpoint
+        from ..lightning.strategy import close_process_group
 
         check_config_files(argv, "train")
         check_ckpt_path(argv)
         preemption = PreemptionCheckpoint()
         try:
             train_cli(argv, pretrain=pretrain, preemption=preemption)
+            close_process_group()  # the ranks finish together
         except SIGTERMException:
             if preemption.path is None:
                 print("interrupted (SIGTERM) before training began; nothing was saved, start the run again",

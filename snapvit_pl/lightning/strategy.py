@@ -18,3 +18,15 @@ class PruningDDPStrategy(DDPStrategy):
 
     def configure_ddp(self) -> None:
         """Keep ``self.model`` as the bare LightningModule."""
+
+
+def close_process_group() -> None:
+    """End a finished multi-process run together: every rank waits for the others, then the process group is
+    destroyed before the interpreter exits. Without it a rank that finishes first can exit while gloo's threads
+    still run, which aborts it ("terminate called without an active exception") and makes Lightning kill the
+    whole run. Does nothing in a single process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -160,11 +160,16 @@ def _same_as_single(out: Path, single: ElasticScores, ranks: int = 2) -> Elastic
 
 
 def test_two_devices_choose_the_pruning_ddp_with_or_without_a_strategy(prune_args, single, tmp_path):
-    _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / "devices"), *prune_args,
-          "--trainer.devices=2"], tmp_path)
+    """``--trainer.devices 2`` alone (and without --out_dir: the default runs/prune/<time>, chosen once by the
+    first process, holds the whole run) and with ``--trainer.strategy ddp``."""
+    _run([sys.executable, str(ROOT / "prune.py"), *prune_args, "--trainer.devices=2"], tmp_path)
     _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / "ddp"), *prune_args,
           "--trainer.devices=2", "--trainer.strategy=ddp"], tmp_path)
-    plain, explicit = (_same_as_single(tmp_path / name, single) for name in ("devices", "ddp"))
+    (default,) = (tmp_path / "runs" / "prune").iterdir()  # one folder, not one per process
+    report = json.loads((default / "report.json").read_text())
+    assert [p["checkpoint"] for p in report["pruned"]] == ["models/flops0.6"]
+    assert sorted(p.name for p in (default / "models").iterdir()) == ["flops0.6"]
+    plain, explicit = (_same_as_single(path, single) for path in (default, tmp_path / "ddp"))
     assert torch.equal(plain.coefficients, explicit.coefficients)
     assert all(torch.equal(a, b) for a, b in zip(plain.neuron_scores, explicit.neuron_scores))
 
