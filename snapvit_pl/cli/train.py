@@ -114,6 +114,14 @@ def check_ckpt_file(value: Optional[str]) -> None:
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"--ckpt_path {value} is not a complete checkpoint (truncated or not a Lightning "
                               "checkpoint); give another .ckpt file, or last")
+    try:  # every member against its CRC (torch's zip format records them): a flipped byte anywhere is found here
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as err:
+        damaged = f"{type(err).__name__}: {' '.join(str(err).split())[:100]}"
+    if damaged is not None:
+        raise CheckpointError(f"--ckpt_path {value} is damaged ({damaged} fails its check); give another .ckpt "
+                              "file, or last")
 
 
 def check_ckpt_model(value: Optional[str], model: Any) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -26,8 +27,8 @@ import torch
 from torch import nn
 
 from ..device import autocast_context, resolve_device, synchronize
-from ..errors import CheckpointError
-from ..io import verify_checksum, with_checksum, write_json_atomic
+from ..errors import CheckpointError, field_error
+from ..io import check_version, verify_checksum, with_checksum, write_json_atomic
 from ..models.cost import input_shape
 from ..models.modes import eval_mode
 from ..models.surgery import architecture, prune_block_
@@ -35,6 +36,10 @@ from ..models.tokens import block_kwargs, embed_tokens
 from ..models.units import Subnet
 
 FORMAT = "snapvit-pl/latency-table"
+#: The table format's version (:func:`snapvit_pl.io.check_version`).
+VERSION = 1
+#: Bounds of a table's sizes (a sanity check before any field is used).
+MAX_BLOCKS, MAX_UNITS, MAX_BATCH = 1024, 1 << 20, 1 << 20
 
 
 @dataclass
@@ -85,6 +90,7 @@ class LatencyTable:
     block_shape: list[int]
     threads: int = 1
     format: str = FORMAT
+    version: int = VERSION
 
     def predict(self, subnet: Subnet) -> float:
         """Predicted milliseconds per batch of ``subnet``."""
@@ -110,12 +116,67 @@ class LatencyTable:
                 raise ValueError(f"format is not {FORMAT!r}")
         except (OSError, ValueError) as err:
             raise CheckpointError(f"{path} is not a readable latency table ({err}); {fix}") from err
+        except RecursionError:
+            raise CheckpointError(f"{path} is not a readable latency table (nested too deeply); {fix}") from None
+        check_version(data.get("version"), VERSION, path, fix)
         data = verify_checksum(data, path, fix)
-        try:
-            data["shapes"] = [BlockLatency(**s) for s in data["shapes"]]
-            return cls(**data)
-        except (ValueError, TypeError, KeyError, AttributeError) as err:
-            raise CheckpointError(f"{path} is not a readable latency table ({err}); {fix}") from err
+        check_table(data, path)
+        data["shapes"] = [BlockLatency(**s) for s in data["shapes"]]
+        return cls(**data)
+
+
+def check_table(data: dict, path: str | Path) -> None:
+    """The schema of a latency table's JSON: its fields and kinds, sizes within bounds, finite non-negative
+    milliseconds, one shape index per block, and for every shape the timings a prediction reads (each head count
+    1..H of the blocks of that shape; the MLP widths 1 and N); one :class:`CheckpointError` naming the file and
+    the field."""
+    def refuse(field: str, found, allowed: str) -> None:
+        raise field_error(path, field, found, allowed, "delete it to measure again")
+
+    def count(value, low: int, high: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    def ms(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+    expected = {f.name for f in LatencyTable.__dataclass_fields__.values()}
+    if set(data) != expected:
+        refuse("fields", sorted(set(data) ^ expected), f"exactly {', '.join(sorted(expected))}")
+    for key in ("device", "device_name", "precision"):
+        if not isinstance(data[key], str) or not 0 < len(data[key]) <= 200:
+            refuse(key, data[key], "a short text")
+    for key, high in (("batch_size", MAX_BATCH), ("threads", 1 << 16)):
+        if not count(data[key], 1, high):
+            refuse(key, data[key], f"an integer in [1, {high}]")
+    if not ms(data["overhead_ms"]):
+        refuse("overhead_ms", data["overhead_ms"], "a finite number >= 0")
+    if not ms(data["dense_ms"]) or data["dense_ms"] == 0:
+        refuse("dense_ms", data["dense_ms"], "a finite number > 0")
+    arch = data["architecture"]
+    if not isinstance(arch, dict) or set(arch) != {"heads", "mlp_hidden"} or not all(
+            isinstance(arch[k], list) and 1 <= len(arch[k]) <= MAX_BLOCKS and all(count(w, 1, MAX_UNITS) for w in arch[k])
+            for k in arch) or len(arch["heads"]) != len(arch["mlp_hidden"]):
+        refuse("architecture", arch, f"heads and mlp_hidden: 1 to {MAX_BLOCKS} positive integers each, one per block")
+    shapes, block_shape = data["shapes"], data["block_shape"]
+    if not isinstance(shapes, list) or not 1 <= len(shapes) <= len(arch["heads"]):
+        refuse("shapes", shapes, "a list of block shapes, at most one per block")
+    if not isinstance(block_shape, list) or len(block_shape) != len(arch["heads"]) or not all(
+            count(s, 0, len(shapes) - 1) for s in block_shape) or set(block_shape) != set(range(len(shapes))):
+        refuse("block_shape", block_shape, f"one index into shapes per block ({len(arch['heads'])}), each shape used")
+    for index, shape in enumerate(shapes):
+        if not isinstance(shape, dict) or set(shape) != {"heads_ms", "mlp_ms"}:
+            refuse(f"shapes.{index}", shape, "heads_ms and mlp_ms")
+        blocks = [b for b, s in enumerate(block_shape) if s == index]
+        heads = {arch["heads"][b] for b in blocks}
+        widths = {arch["mlp_hidden"][b] for b in blocks}
+        for key, needed in (("heads_ms", set(range(1, max(heads) + 1))), ("mlp_ms", {1, max(widths)})):
+            table = shape[key]
+            if not isinstance(table, dict) or not table or not all(
+                    isinstance(k, str) and k.isdigit() and count(int(k), 1, MAX_UNITS) and ms(v)
+                    for k, v in table.items()) or not needed <= {int(k) for k in table} or len(heads) > 1 \
+                    or len(widths) > 1:
+                refuse(f"shapes.{index}.{key}", table, f"finite milliseconds >= 0 by unit count, {min(needed)} to "
+                       f"{max(needed)} among them, for blocks of one shape")
 
 
 def _non_decreasing(table: dict[int, float]) -> dict[int, float]:

@@ -206,10 +206,10 @@ class FinetuneModule(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Check the checkpoint (its checksum, the architecture it trained: this module's), and give it the teacher
         this module rebuilt (the one it was trained with)."""
-        open_checkpoint(checkpoint)
         trainer = getattr(self, "_trainer", None)
         check_resumed_architecture(checkpoint.get(ARCHITECTURE_KEY), self.architecture,
                                    getattr(trainer, "ckpt_path", None) or "(the checkpoint)")
+        open_checkpoint(checkpoint, {k: v for k, v in self.state_dict().items() if not k.startswith(_TEACHER)})
         if self.teacher is None:
             return
         recorded, rebuilt = checkpoint.get("teacher_fingerprint"), self._teacher_fingerprint()

@@ -178,7 +178,7 @@ class SelfDistillationModule(pl.LightningModule):
         seal_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        open_checkpoint(checkpoint)
+        open_checkpoint(checkpoint, self.state_dict())
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         views = batch[0] if isinstance(batch, (list, tuple)) else batch

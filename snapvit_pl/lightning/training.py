@@ -8,7 +8,7 @@ import math
 import os
 import random
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 import torch
@@ -61,10 +61,10 @@ def reseed_for_epoch(epoch: int, rank: int) -> None:
         torch.manual_seed((epoch_seed(int(seed), epoch) + 1_000_003 * rank) % 2**64)
 
 
-#: What a training checkpoint's checksum covers: the weights and the optimiser's and scheduler's state (the loop
-#: counters and the settings may be rewritten by Lightning's migrations).
-_SEALED = ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step")
 _SEAL_KEY, _RNG_KEY = "snapvit_sha256", "snapvit_rng"
+#: What a training checkpoint's checksum covers: the weights, the optimiser's and scheduler's state and the RNG
+#: states (the loop counters and the settings may be rewritten by Lightning's migrations).
+_SEALED = ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step", _RNG_KEY)
 
 
 def seal_checkpoint(checkpoint: dict[str, Any]) -> None:
@@ -81,25 +81,41 @@ def seal_checkpoint(checkpoint: dict[str, Any]) -> None:
     checkpoint[_SEAL_KEY] = content_digest({k: checkpoint.get(k) for k in _SEALED})
 
 
-def open_checkpoint(checkpoint: dict[str, Any]) -> None:
-    """``on_load_checkpoint`` of the project's training modules: refuse a checkpoint whose weights or optimiser state
-    changed since it was written (a flipped bit, a truncated copy), and restore its RNG states. A checkpoint without a
-    checksum (written elsewhere) is read as it is."""
+def open_checkpoint(checkpoint: dict[str, Any], expected: Optional[Mapping[str, torch.Tensor]] = None) -> None:
+    """``on_load_checkpoint`` of the project's training modules: refuse a checkpoint whose weights, optimiser state
+    or RNG states changed since it was written (a flipped bit, a truncated copy, an edit), or that carries no checksum
+    (not written by this project's training, or its checksum removed: no checkpoint is resumed unverified), and
+    restore its RNG states. ``expected``: the state dict the module holds (what Lightning loads the checkpoint's
+    into): the checkpoint's weights must have its names, shapes and dtypes."""
     from ..errors import CheckpointError
     from ..io import content_digest
 
+    fix = "resume from another checkpoint (--ckpt_path FILE) or start again without --ckpt_path"
     recorded = checkpoint.get(_SEAL_KEY)
-    if recorded is not None and recorded != content_digest({k: checkpoint.get(k) for k in _SEALED}):
+    if recorded is None:
+        raise CheckpointError("the checkpoint to resume from carries no snapvit-pl checksum (written by other code, by "
+                              f"an older snapvit-pl, or its checksum removed); {fix}")
+    if recorded != content_digest({k: checkpoint.get(k) for k in _SEALED}):
         raise CheckpointError("the checkpoint to resume from does not match its checksum (damaged or modified since it "
-                              "was written); resume from another checkpoint (--ckpt_path FILE) or start again")
+                              f"was written); {fix}")
+    weights = checkpoint.get("state_dict")
+    if expected is not None and (not isinstance(weights, Mapping) or set(weights) != set(expected) or any(
+            not torch.is_tensor(weights[k]) or weights[k].shape != v.shape or weights[k].dtype != v.dtype
+            for k, v in expected.items())):
+        found = sorted(set(weights) ^ set(expected))[:3] if isinstance(weights, Mapping) else type(weights).__name__
+        raise CheckpointError(f"the checkpoint to resume from holds other weights than this model's (names, shapes or "
+                              f"dtypes differ: {found or 'a tensor of another shape'}); {fix}")
     rng = checkpoint.get(_RNG_KEY)
-    if rng:
+    try:
         torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
+        random.setstate(tuple(item if not isinstance(item, list) else tuple(item) for item in rng["python"]))
         kind, keys, *rest = rng["numpy"]
         np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
         if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(rng["cuda"])
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError, OverflowError) as err:  # sealed, not RNG states
+        raise CheckpointError(f"the checkpoint to resume from holds unreadable RNG states ({type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:120]}); {fix}") from None
 
 
 def stop_if_diverged(module: Any, loss: torch.Tensor, settings: str, name: str = "train/loss") -> None:

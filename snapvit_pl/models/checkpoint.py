@@ -197,7 +197,11 @@ def load_pruned(path: str | Path, map_location: str | torch.device = "cpu") -> t
     path = Path(path)
     record = verify_checkpoint(path)
     weights = path / WEIGHTS
-    model = load_backbone(BackboneSpec.from_dict(record["base"], str(path / RECORD)).architecture_only())
+    try:
+        model = load_backbone(BackboneSpec.from_dict(record["base"], str(path / RECORD)).architecture_only())
+    except ConfigError as err:  # the recorded base, not a user's setting: the record is what to fix
+        raise CheckpointError(f"{path / RECORD}: its base model cannot be built ({err}); re-export the "
+                              "checkpoint") from None
     try:
         prune_(model, Subnet.from_counts(record["heads"], record["mlp_hidden"]))
     except SnapViTError as err:

@@ -225,9 +225,14 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
                                           **kwargs)
     except ImportError as err:
         raise ConfigError(f"{spec.model_name}: {err}; install what it names (pip install ...)") from err
-    except TypeError as err:
-        raise ConfigError(f"timm model '{spec.model_name}' does not accept these model_kwargs: {err}; fix model_kwargs") from err
+    except (TypeError, AssertionError) as err:  # (timm asserts on some shapes, e.g. input_size)
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise ConfigError(f"timm model '{spec.model_name}' does not accept these model_kwargs: {reason}; fix "
+                          "model_kwargs") from err
     except UNREADABLE_CHECKPOINT as err:
+        if not from_hub and not spec.checkpoint_path:  # nothing was read: timm refused the arguments
+            raise ConfigError(f"timm model '{spec.model_name}' cannot be built with these model_kwargs: "
+                              f"{' '.join(str(err).split())[:200] or type(err).__name__}; fix model_kwargs") from err
         if spec.checkpoint_path:
             raise CheckpointError(f"could not load {spec.checkpoint_path}: {' '.join(str(err).split())[:300]}; check "
                                   "that the file is a complete state dict for this architecture (model_kwargs "

@@ -47,7 +47,8 @@ def load_resume_state(run_dir: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"{path} holds pickled Python objects, which snapvit-pl never loads (they could run "
                                   "code; prune.py writes tensors, numbers and strings only); start the run again "
                                   "(another --out_dir)") from None
-        raise CheckpointError(f"{path} is unreadable ({str(err).splitlines()[0][:200]}); start the run again") from err
+        reason = (str(err).strip().splitlines() or [f"{type(err).__name__}: empty or cut short"])[0][:200]
+        raise CheckpointError(f"{path} is unreadable ({reason}); start the run again") from err
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} is not a resume state; start the run again")
     state = verify_checksum(state, path, "start the run again (another --out_dir)")

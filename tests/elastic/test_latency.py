@@ -99,3 +99,30 @@ def test_a_block_is_never_predicted_below_zero():
     """Noise can make the two savings, measured apart, exceed the block's own time: the prediction stays >= 0."""
     block = BlockLatency({1: 0.1, 2: 5.0}, {1: 0.1, 8: 5.0})
     assert block.predict(1, 1) == 0.0 and block.predict(2, 8) == pytest.approx(5.0)
+
+
+def test_a_downgraded_or_crafted_table_is_refused_by_its_schema(tmp_path):
+    """Without its version (or with an older one) nothing else is read; re-signed with an impossible field, the
+    schema names the field: no table with a head count it cannot predict, or a negative time, is used."""
+    import json
+
+    from snapvit_pl.errors import CheckpointError
+    from snapvit_pl.io import with_checksum
+
+    path = tmp_path / "latency_table.json"
+    _table(load_backbone(FAMILIES["dino_vit"])).save(path)
+    genuine = json.loads(path.read_text())
+    genuine.pop("sha256")
+    for version in (None, 0):
+        data = {k: v for k, v in genuine.items() if k != "version"} | ({} if version is None else {"version": version})
+        path.write_text(json.dumps(data))
+        with pytest.raises(CheckpointError, match="reads version 1 only"):
+            LatencyTable.load(path)
+    heads = genuine["shapes"][0]["heads_ms"]
+    for field, value, named in (("dense_ms", -1.0, "dense_ms"), ("batch_size", "8", "batch_size"),
+                                ("block_shape", [0] * 99, "block_shape"),
+                                ("shapes", [{"heads_ms": {k: v for k, v in list(heads.items())[1:]},
+                                             "mlp_ms": genuine["shapes"][0]["mlp_ms"]}], "shapes.0.heads_ms")):
+        path.write_text(json.dumps(with_checksum({**genuine, field: value})))
+        with pytest.raises(CheckpointError, match=rf"{named} is .* expected"):
+            LatencyTable.load(path)
