@@ -142,6 +142,33 @@ def byte_mutation(draw, size: int):
     return "empty", lambda data: b""
 
 
+def _json(path: Path):
+    return json.loads(path.read_text())
+
+
+def _write_json(content, path: Path) -> None:
+    path.write_text(json.dumps(content))
+
+
+def _torch(path: Path):
+    return torch.load(path, weights_only=True)
+
+
+def _write_mutant(data, source: Path, target: Path, read=_json, write=_write_json, key: str = CHECKSUM_KEY,
+                  sign=with_checksum) -> None:
+    """Write a mutant of ``source`` to ``target``: its bytes changed, or one edit of its content (``read``) written
+    back (``write``) with the old checksum (under ``key``) or re-signed (``sign``)."""
+    if data.draw(st.booleans(), "bytes"):
+        what, change = data.draw(byte_mutation(source.stat().st_size))
+        target.write_bytes(change(source.read_bytes()))
+        return
+    content = read(source)
+    what, mutated = data.draw(tree_mutation({k: v for k, v in content.items() if k != key}))
+    if isinstance(mutated, dict):
+        mutated = sign(mutated) if data.draw(st.booleans(), "re-signed") else {**mutated, key: content[key]}
+    write(mutated, target)
+
+
 def _refused_or(result, genuine, use) -> str:
     """What became of a mutant (an event for the statistics); fails on anything but the three outcomes."""
     try:
@@ -184,19 +211,7 @@ def test_architecture_records(genuine, tmp_path_factory, data):
     reference = _record_reader(genuine["model"])
     folder = tmp_path_factory.mktemp("record")
     shutil.copytree(genuine["model"], folder, dirs_exist_ok=True)
-    text = (folder / "architecture.json").read_text()
-    if data.draw(st.booleans(), "bytes"):
-        what, change = data.draw(byte_mutation(len(text.encode())))
-        (folder / "architecture.json").write_bytes(change(text.encode()))
-    else:
-        record = json.loads(text)
-        body = {k: v for k, v in record.items() if k != CHECKSUM_KEY}
-        what, mutated = data.draw(tree_mutation(body))
-        if data.draw(st.booleans(), "re-signed") and isinstance(mutated, dict):
-            mutated = with_checksum(mutated)
-        elif isinstance(mutated, dict):
-            mutated[CHECKSUM_KEY] = record[CHECKSUM_KEY]
-        (folder / "architecture.json").write_text(json.dumps(mutated))
+    _write_mutant(data, genuine["model"] / "architecture.json", folder / "architecture.json")
     event(f"record: {_refused_or(lambda: _record_reader(folder), _same_record(reference), _run_model)}")
 
 
@@ -272,19 +287,7 @@ def test_latency_tables(genuine, tmp_path_factory, data):
     source = genuine["run"] / "latency_table.json"
     reference = LatencyTable.load(source)
     path = tmp_path_factory.mktemp("latency") / "latency_table.json"
-    text = source.read_text()
-    if data.draw(st.booleans(), "bytes"):
-        what, change = data.draw(byte_mutation(len(text)))
-        path.write_bytes(change(text.encode()))
-    else:
-        table = json.loads(text)
-        body = {k: v for k, v in table.items() if k != CHECKSUM_KEY}
-        what, mutated = data.draw(tree_mutation(body))
-        if data.draw(st.booleans(), "re-signed") and isinstance(mutated, dict):
-            mutated = with_checksum(mutated)
-        elif isinstance(mutated, dict):
-            mutated[CHECKSUM_KEY] = table[CHECKSUM_KEY]
-        path.write_text(json.dumps(mutated))
+    _write_mutant(data, source, path)
 
     def predict(table) -> None:  # every kept count of every block, as the budget's search asks
         arch = table.architecture
@@ -316,18 +319,7 @@ def test_resume_states(genuine, tmp_path_factory, data):
         check_resume_state(state, widths, stages, run / RESUME_FILE)
         return state
 
-    if data.draw(st.booleans(), "bytes"):
-        what, change = data.draw(byte_mutation(source.stat().st_size))
-        (run / RESUME_FILE).write_bytes(change(source.read_bytes()))
-    else:
-        state = torch.load(source, weights_only=True)
-        body = {k: v for k, v in state.items() if k != CHECKSUM_KEY}
-        what, mutated = data.draw(tree_mutation(body))
-        if data.draw(st.booleans(), "re-signed") and isinstance(mutated, dict):
-            mutated = with_checksum(mutated)
-        elif isinstance(mutated, dict):
-            mutated[CHECKSUM_KEY] = state[CHECKSUM_KEY]
-        torch.save(mutated, run / RESUME_FILE)
+    _write_mutant(data, source, run / RESUME_FILE, _torch, torch.save)
     reference = torch.load(source, weights_only=True)
 
     def use(state) -> None:  # what Pipeline.load_state_dict builds from it
@@ -351,17 +343,8 @@ def test_training_checkpoints(genuine, tmp_path_factory, data):
 
     source, model = genuine["checkpoint"], str(genuine["model"])
     path = tmp_path_factory.mktemp("ckpt") / "last.ckpt"
-    if data.draw(st.booleans(), "bytes"):
-        what, change = data.draw(byte_mutation(source.stat().st_size))
-        path.write_bytes(change(source.read_bytes()))
-    else:
-        checkpoint = torch.load(source, weights_only=True)
-        body = {k: v for k, v in checkpoint.items() if k != _SEAL_KEY}
-        what, mutated = data.draw(tree_mutation(body))
-        if isinstance(mutated, dict):
-            mutated[_SEAL_KEY] = content_digest({k: mutated.get(k) for k in _SEALED}) \
-                if data.draw(st.booleans(), "re-signed") else checkpoint[_SEAL_KEY]
-        torch.save(mutated, path)
+    _write_mutant(data, source, path, _torch, torch.save, _SEAL_KEY,
+                  lambda content: {**content, _SEAL_KEY: content_digest({k: content.get(k) for k in _SEALED})})
     module = _finetune_module(model)
 
     def read():
