@@ -97,6 +97,7 @@ def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> N
         raise ConfigError(f"data.batch_size {datamodule.batch_size} is larger than the {images} pruning images; "
                           f"lower data.init_args.batch_size{more}")
     datamodule.train_views = views
+    scorer.use_batch_size(datamodule.batch_size)
 
 
 def local_importance(

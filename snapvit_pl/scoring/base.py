@@ -174,6 +174,11 @@ class Scorer(ABC):
         :func:`snapvit_pl.pipeline.prepare_pruning_data` to a scorer that takes multi-crop views: ignored, except by
         the self-distillation scorers (their teacher's inputs)."""
 
+    def use_batch_size(self, batch_size: int) -> None:
+        """The batch size of the pruning data (``data.init_args.batch_size``), handed over by
+        :func:`snapvit_pl.pipeline.prepare_pruning_data`: ignored, except by a scorer whose normalisation counts
+        batches (:class:`snapvit_pl.scoring.SNIPMagnitude`), so that it does not depend on how processes share them."""
+
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
         """Sum the accumulators over processes (call once, on every process, before ``compute``)."""
 

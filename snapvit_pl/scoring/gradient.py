@@ -323,10 +323,12 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
     """SNIP-magnitude baseline on the self-distillation gradients: ``|g * w| + alpha * w^2``.
 
     As in the reference code, the saliency is evaluated once, from the gradient accumulated over
-    all batches: ``g`` is the sum of the batch gradients (the mean per-sample gradient times the
-    number of batches, so that ``alpha`` weighs the magnitude term as there). Each weight's
-    saliency is averaged over the unit's rows (the same rows as :class:`SSLFisher`). The result
-    does not depend on the order of the batches, and 2-process DDP gives the same scores.
+    all batches: ``g`` is the sum of the batch gradients, computed as the mean per-sample gradient
+    times the number of batches one process makes of all the images, ``ceil(N / B)`` (so that
+    ``alpha`` weighs the magnitude term as there). ``B`` is the data's batch size, handed over by
+    the pipeline (:meth:`use_batch_size`), else the largest batch seen. Each weight's saliency is
+    averaged over the unit's rows (the same rows as :class:`SSLFisher`). The result depends
+    neither on the order of the batches nor on how DDP processes share them.
 
     Args:
         n_global: as for :class:`SSLFisher`.
@@ -335,15 +337,32 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
 
     name = "snip_magnitude"
     reduction = "snip"
+    _batch_size: Optional[int] = None
+    _handed_over = (*_SelfDistillation._handed_over, "_batch_size")
 
     def __init__(self, n_global: Optional[int] = None, alpha: float = 0.001):
         self.n_global = n_global
         self.alpha = alpha
         self._check_n_global()
 
+    def use_batch_size(self, batch_size: int) -> None:
+        self._batch_size = int(batch_size)
+
+    def _start_counting(self) -> None:
+        self._largest_batch = 0
+        super()._start_counting()
+
+    def update(self, batch: Any) -> dict[str, float]:
+        before = self._samples
+        result = super().update(batch)
+        self._largest_batch = max(getattr(self, "_largest_batch", 0), self._samples - before)
+        return result
+
     def _finalize(self, group: _Group) -> Tensor:
         weights = [r.view(r.weight.detach(), group.units).double() for r in group.rows]
-        grads = [g * self._batches for g in self._mean_gradients(group)]
+        size = self._batch_size or getattr(self, "_largest_batch", 0)
+        batches = -(-self._samples // size) if size else self._batches  # ceil(N / B): one process's batch count
+        grads = [g * batches for g in self._mean_gradients(group)]
         return unit_mean([(g * w).abs() + self.alpha * w.square() for g, w in zip(grads, weights)])
 
 

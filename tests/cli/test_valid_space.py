@@ -208,8 +208,7 @@ def commands(draw, ddp: bool = False) -> Draw:
     for key in ("data.init_args.seed", "search.seed", "model.seed"):
         if maybe():
             o[key] = draw(_seed())
-    # (not snip_magnitude on two processes: KNOWN_BUGS["snip_ddp"])
-    scorer = draw(st.sampled_from(sorted(name for name in SCORERS if not ddp or name != "snip_magnitude")))
+    scorer = draw(st.sampled_from(sorted(SCORERS)))
     if scorer != "sensitivity" or maybe():
         o["importance.scorer"] = f"snapvit_pl.scoring.{SCORERS[scorer].__name__}"
     o["importance.allocation"] = draw(st.sampled_from(KINDS["importance.allocation"]))
@@ -384,12 +383,7 @@ def _check_budget(budget: Budget, e: dict, cost: CostModel, multiple: int, where
 # -- the tests --------------------------------------------------------------------------------------------------------
 #: Valid commands that break an invariant today, kept out of the draws (so that CI tests the rest) and pinned below by
 #: a strict xfail each: when one is fixed its test passes, fails as XPASS, and the draws can take it back.
-KNOWN_BUGS = {
-    # SNIPMagnitude multiplies the mean gradient by the number of batches, which is the sum of the ranks' batches:
-    # 48 images in batches of 16 are 3 batches on one process, 2 + 2 on two, so the scores grow by 4/3 (and the
-    # alpha * w^2 term weighs less); its docstring says "2-process DDP gives the same scores".
-    "snip_ddp": {"importance.scorer": "snapvit_pl.scoring.SNIPMagnitude"},
-}
+KNOWN_BUGS: dict[str, dict] = {}
 
 
 #: What these draws found and the fixes hold (each pinned below, and drawn again above).
@@ -400,6 +394,9 @@ FOUND = {
     # a latency budget was refused after config.yaml, resume_state.pt and latency_table.json were written, and the run
     # removed its --out_dir only when it had created it: an existing (empty) one kept the three files.
     "latency_leftovers": {"export.budgets": [{"latency": 0.001}], "export.latency_batch_size": 1},
+    # SNIPMagnitude multiplied the mean gradient by the number of batches summed over the ranks: 48 images in batches
+    # of 16 are 3 batches on one process, 2 + 2 on two, so the scores grew by 4/3 (and alpha * w^2 weighed less).
+    "snip_ddp": {"importance.scorer": "snapvit_pl.scoring.SNIPMagnitude"},
 }
 
 
@@ -410,8 +407,7 @@ def test_seed_everything_true_refused_in_one_line(tmp_path):
     check_run(draw, tmp_path / "run", result, command)
 
 
-@pytest.mark.xfail(strict=True, reason="KNOWN_BUGS: SNIPMagnitude's scores depend on the DDP sharding")
-def test_known_bug_snip_magnitude_scores_do_not_depend_on_the_sharding():
+def test_snip_magnitude_scores_do_not_depend_on_the_sharding():
     """What ``prune.py --trainer.devices 2`` does, in process: each rank batches its own (interleaved) share of the
     images, then their sums are all-reduced."""
     from snapvit_pl.scoring import SNIPMagnitude
