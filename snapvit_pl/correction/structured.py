@@ -43,8 +43,10 @@ class CorrectionSettings:
             ``importance.allocation: standardized`` and this).
         num_samples: calibration images (plain views of a seeded subset of the pruning data).
         batch_size: images per forward pass.
-        damping, damp_fraction, block_size: see :meth:`snapvit_pl.correction.ColumnCorrector.correct`
-            (DINOv3: ``damping: max``, ``damp_fraction: 0.1``).
+        damping: how the Hessian's damping is scaled (see :meth:`snapvit_pl.correction.ColumnCorrector.correct`;
+            DINOv3: ``max``).
+        damp_fraction: the damping's fraction of that scale (DINOv3: ``0.1``).
+        block_size: columns updated together (see :meth:`snapvit_pl.correction.ColumnCorrector.correct`).
     """
 
     enabled: Union[bool, Literal["auto"]] = False

@@ -43,7 +43,8 @@ class EvaluationSettings:
         val_samples: class-balanced subset of the val split scored (None: all).
         batch_size: feature-extraction batch size.
         knn_k: neighbours of the weighted k-NN (DINO: 20).
-        seg_train_samples, seg_val_samples: segmentation probe train / scored images (None: all).
+        seg_train_samples: segmentation probe train images (None: all).
+        seg_val_samples: segmentation images scored (None: all).
         seg_epochs: segmentation probe training epochs.
         throughput_batch_size: batch size of the throughput measurement.
         throughput_repeats: timed forwards of the throughput measurement (their median is kept).

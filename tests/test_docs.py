@@ -1,0 +1,49 @@
+"""The documentation: the README stays a short user guide, the MkDocs site builds in strict mode (a broken link, a
+missing page or an API reference that names nothing fails), and every relative link of the README and the pages
+leads to a file of the repository."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def test_the_readme_is_a_short_user_guide():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines: move reference material into docs/"
+    assert "pip install -e '.[test]' && python -m pytest" in lines  # the test command CI runs (.ci/run)
+
+
+def _target(document: Path, link: str) -> Path:
+    """Where a relative link leads: from docs/, results/ is benchmarks/results/ (docs/hooks/results_pages.py)."""
+    if document.parent == ROOT / "docs" and link.startswith("results/"):
+        return ROOT / "benchmarks" / link
+    return document.parent / link
+
+
+@pytest.mark.parametrize("document", [ROOT / "README.md", *PAGES], ids=lambda p: p.name)
+def test_every_relative_link_resolves(document):
+    broken = []
+    for link in LINK.findall(document.read_text()):
+        path = link.split("#", 1)[0]
+        if not path or re.match(r"[a-z]+:", path):  # an anchor on the page, or a URL
+            continue
+        if not _target(document, path).exists():
+            broken.append(link)
+    assert not broken, f"{document.name}: links to missing files: {broken}"
+
+
+def test_the_site_builds_in_strict_mode(tmp_path):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    for name in ("fit_elastic", "ElasticScores", "load_pruned", "Budget", "OutputSensitivity", "GaussNewtonGreedy"):
+        assert f'id="snapvit_pl.' in api and name in api, name
