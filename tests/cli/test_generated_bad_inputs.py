@@ -196,9 +196,16 @@ def _damage(path: Path, how: str) -> None:
         data[len(data) // 2] ^= 0x08
     elif how == "truncate":
         data = data[: len(data) // 2]
-    else:  # an edit that keeps the file valid: a digit changed
-        i = max(i for i, c in enumerate(data) if chr(c).isdigit() and 0 < i < len(data) - 200)
-        data[i] = ord("7") if data[i] != ord("7") else ord("3")
+    else:  # an edit that keeps the file valid: a digit changed (in JSON, one that changes a value: the 17th digit
+        # of a float may name the same number)
+        import json
+
+        for i in sorted((i for i, c in enumerate(data) if chr(c).isdigit() and 0 < i < len(data) - 200), reverse=True):
+            edited = bytearray(data)
+            edited[i] = ord("7") if data[i] != ord("7") else ord("3")
+            if path.suffix != ".json" or json.loads(bytes(edited)) != json.loads(bytes(data)):
+                data = edited
+                break
     path.write_bytes(bytes(data))
 
 
