@@ -154,13 +154,20 @@ def _torch(path: Path):
     return torch.load(path, weights_only=True)
 
 
+def _wrote_bytes_mutant(data, source: Path, target: Path) -> bool:
+    """Whether a mutant of ``source``'s bytes (drawn or not) was written to ``target``."""
+    if not data.draw(st.booleans(), "bytes"):
+        return False
+    what, change = data.draw(byte_mutation(source.stat().st_size))
+    target.write_bytes(change(source.read_bytes()))
+    return True
+
+
 def _write_mutant(data, source: Path, target: Path, read=_json, write=_write_json, key: str = CHECKSUM_KEY,
                   sign=with_checksum) -> None:
     """Write a mutant of ``source`` to ``target``: its bytes changed, or one edit of its content (``read``) written
     back (``write``) with the old checksum (under ``key``) or re-signed (``sign``)."""
-    if data.draw(st.booleans(), "bytes"):
-        what, change = data.draw(byte_mutation(source.stat().st_size))
-        target.write_bytes(change(source.read_bytes()))
+    if _wrote_bytes_mutant(data, source, target):
         return
     content = read(source)
     what, mutated = data.draw(tree_mutation({k: v for k, v in content.items() if k != key}))
@@ -245,10 +252,7 @@ def test_elastic_scores(genuine, tmp_path_factory, data):
     source = genuine["run"] / "elastic_scores.safetensors"
     reference = ElasticScores.load(source)
     path = tmp_path_factory.mktemp("scores") / "scores.safetensors"
-    if data.draw(st.booleans(), "bytes"):
-        what, change = data.draw(byte_mutation(source.stat().st_size))
-        path.write_bytes(change(source.read_bytes()))
-    else:
+    if not _wrote_bytes_mutant(data, source, path):
         header, tensors = _scores_parts(source)
         recorded = header.pop(CHECKSUM_KEY)
         if data.draw(st.booleans(), "in the header"):

@@ -136,8 +136,7 @@ def check_ckpt_model(value: Optional[str], model: Any) -> None:
 
     if value in _LIGHTNING_NAMES:
         return
-    get = model.get if hasattr(model, "get") else lambda key: getattr(model, key, None)
-    expected = model_architecture(get("checkpoint"), get("model_name"), get("model_kwargs"))
+    expected = model_architecture(*(_setting(model, key) for key in ("checkpoint", "model_name", "model_kwargs")))
     if expected is None:  # no model given: FinetuneModule says so
         return
     try:

@@ -355,12 +355,12 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
     def update(self, batch: Any) -> dict[str, float]:
         before = self._samples
         result = super().update(batch)
-        self._largest_batch = max(getattr(self, "_largest_batch", 0), self._samples - before)
+        self._largest_batch = max(self._largest_batch, self._samples - before)
         return result
 
     def _finalize(self, group: _Group) -> Tensor:
         weights = [r.view(r.weight.detach(), group.units).double() for r in group.rows]
-        size = self._batch_size or getattr(self, "_largest_batch", 0)
+        size = self._batch_size or self._largest_batch
         batches = -(-self._samples // size) if size else self._batches  # ceil(N / B): one process's batch count
         grads = [g * batches for g in self._mean_gradients(group)]
         return unit_mean([(g * w).abs() + self.alpha * w.square() for g, w in zip(grads, weights)])
