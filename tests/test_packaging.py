@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from images import image_folder
 
 from snapvit_pl.cli import main
 from snapvit_pl.cli.common import DEFAULT_PRUNE_CONFIG, PRESET_KINDS, PRESETS_DIR, resolve_config
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Data-only packages (no Python modules): configs/<kind>/ and the demo's model folder under assets/.
-DATA_PACKAGES = {"snapvit_pl.configs.prune", "snapvit_pl.configs.train", "snapvit_pl.assets.reference_vit_fmnist"}
+DATA_PACKAGES = {"snapvit_pl.configs.prune", "snapvit_pl.configs.prune.base", "snapvit_pl.configs.train",
+                 "snapvit_pl.assets.reference_vit_fmnist"}
 
 
 def _setuptools() -> dict:
@@ -38,7 +40,9 @@ def test_the_presets_and_the_demos_model_are_package_data():
     kinds = sorted(p.name for p in (ROOT / "configs").iterdir() if p.is_dir())
     assert kinds == sorted(PRESET_KINDS)
     for kind in kinds:
-        assert config["package-data"][f"snapvit_pl.configs.{kind}"] == ["*.yaml"]
+        for folder in [ROOT / "configs" / kind, *(p for p in (ROOT / "configs" / kind).iterdir() if p.is_dir())]:
+            package = ".".join(("snapvit_pl", *folder.relative_to(ROOT).parts))
+            assert package in DATA_PACKAGES and config["package-data"][package] == ["*.yaml"], package
     weights = Path(yaml.safe_load(DEFAULT_PRUNE_CONFIG.read_text())["model"]["checkpoint_path"])
     folder = "snapvit_pl." + ".".join(weights.parent.parts)
     assert folder in DATA_PACKAGES
@@ -131,20 +135,6 @@ def test_installing_keeps_a_torch_the_user_already_has(tmp_path):
     assert json.loads((tmp_path / "pinned.json").read_text())["install"] == []
 
 
-def _image_folder(root: Path) -> Path:
-    """root/train/<class>/*.png and root/val/<class>/*.png: 2 classes of 8 random 32 px images each."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        for label in ("a", "b"):
-            (root / split / label).mkdir(parents=True)
-            for i in range(8):
-                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(root / split / label / f"{i}.png")
-    return root
-
-
 _TOP_NOT_COPIED = {".git", "runs", "build", "dist", "data", ".venv", ".pytest_cache", ".hypothesis", "lightning_logs"}
 
 
@@ -177,6 +167,7 @@ def test_the_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
 
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"snapvit_pl/configs/prune/dino_vitb16.yaml", "snapvit_pl/configs/prune/quick.yaml",
+            "snapvit_pl/configs/prune/base/imagenet.yaml",
             "snapvit_pl/configs/prune/demo.yaml", "snapvit_pl/configs/train/finetune_pruned.yaml",
             "snapvit_pl/assets/reference_vit_fmnist/model.safetensors", "snapvit_pl/cli/prune_options.json",
             "snapvit_pl/callbacks/__init__.py"} <= names
@@ -210,7 +201,7 @@ def test_the_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     assert "snapvit-pl: vit_tiny_patch16_224" in demo.stdout and "sparsity0.6" in demo.stdout, demo.stdout[-3000:]
     assert (empty / "demo" / "report.json").is_file()
 
-    images = _image_folder(tmp_path / "images")
+    images = image_folder(tmp_path / "images")
     preset = run(str(bin_dir / "snapvit-pl"), "prune", "--config", "dino_vitb16", "--config", "quick",
                  "--model.pretrained", "false", "--data.init_args.root", str(images),
                  "--data.init_args.num_workers=0", "--progress=off", "--out_dir=preset",
@@ -220,6 +211,7 @@ def test_the_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     assert "snapvit-pl: vit_base_patch16_224.dino" in preset.stdout, preset.stdout[-3000:]
     saved = yaml.safe_load((empty / "preset" / "config.yaml").read_text())
     assert saved["search"]["num_images"] == 8 and saved["export"]["split_grid"] == 0  # the quick overlay's
+    assert saved["export"]["mlp_multiple"] == 8 and saved["data"]["init_args"]["source"] == "folder"  # the base's
 
     unknown = run(str(bin_dir / "snapvit-pl"), "prune", "--config", "dino_vitb61")
     assert unknown.returncode == 2 and "dino_vitb16, " in unknown.stderr and unknown.stderr.count("\n") == 1

@@ -7,7 +7,8 @@ The dialect, for every command (``prune``, ``train``, ``extract``, ``evaluate``,
   snapvit-pl command is accepted: the sections this command does not use (e.g. a ``prune.py`` config's
   ``search:`` given to ``evaluate``) are left out, anything else unknown is refused; ``--config NAME`` reads the
   shipped preset of that name (``configs/prune/NAME.yaml``, for ``train`` / ``pretrain`` ``configs/train/``), from
-  any working directory (:func:`resolve_config`);
+  any working directory (:func:`resolve_config`); a file with a top-level ``base:`` (a path relative to its folder,
+  or a list) reads those files first, its own settings over them (:func:`config_layers`);
 - ``--print_config`` prints the resolved configuration and exits;
 - ``--verbose true`` (or a bare ``--verbose``) shows the traceback of errors; without it an error the user can
   fix is one ``error:`` line and exit status 2.
@@ -216,7 +217,7 @@ def check_config_files(argv: Sequence[str], kind: str = "prune") -> None:
             continue
         value = resolve_config(value, kind)
         if Path(value).is_file():
-            read_config(value)
+            config_layers(value)
         elif Path(value).exists():
             raise ConfigError(f"--config {value} is a directory, not a file; give a YAML file")
 
@@ -303,15 +304,98 @@ def help_formatter():
     return HelpFormatter
 
 
+#: The top-level key of a config that extends others: ``base: base/imagenet.yaml`` (a path relative to the file's
+#: folder, or a list of them) reads those files first and this file's settings over them.
+BASE_KEY = "base"
+
+
+def config_bases(path: Path, data: dict[str, Any]) -> list[Path]:
+    """The files a config read from ``path`` (its YAML mapping ``data``) extends, in order (:data:`BASE_KEY`).
+
+    Raises:
+        ConfigError: ``base`` is not a file name or a list of them, or names no file.
+    """
+    value = data.get(BASE_KEY, [])
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) and item for item in items):
+        raise ConfigError(f"--config {path}: {BASE_KEY} must be a file or a list of files, relative to the config's "
+                          f"folder (e.g. {BASE_KEY}: base/imagenet.yaml), got {value!r}")
+    bases = []
+    for item in items:
+        base = Path(item) if Path(item).is_absolute() else path.parent / item
+        if not base.is_file():
+            raise ConfigError(f"--config {path}: its {BASE_KEY} {item} is not a file (looked for {base}); give a path "
+                              "relative to the config's folder")
+        bases.append(base)
+    return bases
+
+
+def config_layers(path: str | Path, _chain: tuple[Path, ...] = ()) -> list[tuple[Path, dict[str, Any]]]:
+    """The files a ``--config`` file reads, in the order they apply (its :data:`BASE_KEY` configs' layers, then the
+    file), each with its settings (without ``base``).
+
+    Raises:
+        ConfigError: a file cannot be read (:func:`read_config`), a ``base`` names no file, or the bases loop.
+    """
+    path = Path(path)
+    _, data = read_config(path)
+    here = path.resolve()
+    if here in _chain:
+        cycle = " -> ".join(str(p) for p in (*_chain, here))
+        raise ConfigError(f"--config {_chain[0]}: its {BASE_KEY} configs come back to {path} ({cycle}); remove one")
+    layers = [layer for base in config_bases(path, data) for layer in config_layers(base, (*_chain, here))]
+    return [*layers, (path, {key: value for key, value in data.items() if key != BASE_KEY})]
+
+
+def merged_config(path: str | Path) -> dict[str, Any]:
+    """A ``--config`` file's settings with its bases' under them (:func:`config_layers`): mappings merge key by key,
+    any other value (a list, a number) of a later layer replaces the earlier one."""
+    def merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+        out = dict(low)
+        for key, value in high.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    merged: dict[str, Any] = {}
+    for _, data in config_layers(path):
+        merged = merge(merged, data)
+    return merged
+
+
+def layered(action_class: type) -> type:
+    """jsonargparse's ``--config`` action ``action_class`` reading a file's :data:`BASE_KEY` configs first
+    (:func:`config_layers`), then the file's other settings over them."""
+    import yaml
+
+    class LayeredConfigFile(action_class):
+        def __call__(self, parser, cfg, values, option_string=None):
+            path = Path(str(values))
+            if _yaml_text(str(values)) or not path.is_file() or BASE_KEY not in read_config(path)[1]:
+                return super().__call__(parser, cfg, values, option_string)
+            for _, data in config_layers(path):
+                if data:
+                    super().__call__(parser, cfg, yaml.safe_dump(data, sort_keys=False), option_string)
+
+    return LayeredConfigFile
+
+
+def layer_config_option(parser: Any) -> Any:
+    """``parser`` (LightningCLI's) with its ``--config`` reading each file's :data:`BASE_KEY` configs first."""
+    action = parser._option_string_actions["--config"]
+    action.__class__ = layered(type(action))
+    return parser
+
+
 def config_action(sections: Iterable[str]):
     """A ``--config`` action that reads a snapvit-pl YAML of any command, leaving out the project's sections this
-    parser does not have (``sections``: its own)."""
+    parser does not have (``sections``: its own), and reading a file's :data:`BASE_KEY` configs first."""
     import yaml
     from jsonargparse import ActionConfigFile
 
     own = set(sections)
     foreign = tuple(s for s in PROJECT_SECTIONS if s not in own)
 
+    @layered
     class ConfigFile(ActionConfigFile):
         def __call__(self, parser, cfg, values, option_string=None):
             text = None

@@ -99,11 +99,10 @@ def split_options(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, Any]]
 
 def config_file_values(config: str) -> dict[str, Any]:
     """The flattened settings of one ``--config`` value (a YAML file, or YAML text)."""
+    from .common import merged_config
+
     path = Path(config)
-    try:
-        data = _yaml(path.read_text()) if path.is_file() else _yaml(config)
-    except OSError as err:
-        raise ConfigError(f"cannot read --config {path} ({err.strerror or err})") from err
+    data = merged_config(path) if path.is_file() else _yaml(config)  # a file with the files it extends (base:)
     return flatten(data) if isinstance(data, dict) else {}
 
 

@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from ..progress import MODES
 from ..seeding import SEED_RANGE
 from .common import (
+    layer_config_option,
     DEFAULT_PRUNE_CONFIG, check_config_files, check_output_dir, help_formatter, quiet_lightning, run_command,
     tensorboard_logger,
 )
@@ -276,6 +277,9 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
     quiet_lightning()  # a pruning run prints its own progress only
 
     class PruneCLI(LightningCLI):
+        def init_parser(self, **kwargs: Any) -> Any:
+            return layer_config_option(super().init_parser(**kwargs))  # a config's base: files first
+
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument("--out_dir", type=Optional[str], default=None,
                                 help="run directory (default: runs/prune/<timestamp>)")

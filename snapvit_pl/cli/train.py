@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ConfigError
-from .common import check_config_files, run_command, tensorboard_logger
+from .common import check_config_files, layer_config_option, run_command, tensorboard_logger
 
 
 #: --config's help line (:func:`snapvit_pl.cli.common.resolve_config`).
@@ -41,7 +41,7 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
 
     class TrainCLI(LightningCLI):
         def init_parser(self, **kwargs: Any) -> Any:
-            parser = super().init_parser(**kwargs)
+            parser = layer_config_option(super().init_parser(**kwargs))  # a config's base: files first
             parser._option_string_actions["--config"].help = CONFIG_HELP
             return parser
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from images import image_folder
 
 from snapvit_pl.cli import main as snapvit_pl_main
-from snapvit_pl.cli.common import configs_first
+from snapvit_pl.cli.common import configs_first, merged_config
 from snapvit_pl.cli.evaluate import main as evaluate_main
 from snapvit_pl.cli.extract import main as extract_main
 from snapvit_pl.cli.prune import prune_main
@@ -28,7 +29,7 @@ def test_evaluate_reads_a_prune_config_in_full(capsys):
     """Its model, data and evaluation sections (the other sections, for pruning, are left out)."""
     with pytest.raises(SystemExit):
         evaluate_main(["--config", str(DINO), "--checkpoint", "runs/x/models/flops0.5", "--print_config"])
-    config, dino = _printed(capsys), yaml.safe_load(DINO.read_text())
+    config, dino = _printed(capsys), merged_config(DINO)
     assert config["data"]["class_path"] == dino["data"]["class_path"]
     assert {k: config["data"]["init_args"][k] for k in dino["data"]["init_args"]} == dino["data"]["init_args"]
     assert {k: config["evaluation"][k] for k in dino["evaluation"]} == dino["evaluation"]
@@ -146,4 +147,75 @@ def test_a_group_given_whole_is_checked_key_by_key(tiny_prune_args, tmp_path, ca
     assert prune_main([*tiny_prune_args, group]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {error}") and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+FULL_SIZE = ("dino_vitb16", "deit_b16", "siglip2_b16", "dinov2_vitb14_reg", "dinov3_vits16")
+
+
+@pytest.mark.parametrize("name", FULL_SIZE)
+def test_a_full_size_preset_is_its_base_and_its_model(name, capsys, tmp_path):
+    """Each full-size preset names its model and extends one shared base; read by name, it is the base's settings
+    with the preset's over them (the base's data, scorer and budgets; the preset's model and metrics)."""
+    preset = yaml.safe_load((ROOT / "configs" / "prune" / f"{name}.yaml").read_text())
+    base = yaml.safe_load((ROOT / "configs" / "prune" / "base" / "imagenet.yaml").read_text())
+    assert preset["base"] == "base/imagenet.yaml" and set(preset) <= {"base", "model", "evaluation"}
+    with pytest.raises(SystemExit):
+        prune_main(["--config", name, "--data.init_args.root", str(image_folder(tmp_path / "images")), "--print_config"])
+    config = _printed(capsys)
+    assert config["model"]["model_name"] == preset["model"]["model_name"]
+    assert {k: config["model"]["model_kwargs"][k] for k in preset["model"]["model_kwargs"]} == preset["model"]["model_kwargs"]
+    assert {k: config["data"]["init_args"][k] for k in base["data"]["init_args"] if k != "root"} == {
+        k: v for k, v in base["data"]["init_args"].items() if k != "root"}
+    scorer = base["importance"]["scorer"]
+    assert config["importance"]["scorer"]["class_path"] == scorer["class_path"]
+    assert {k: config["importance"]["scorer"]["init_args"][k] for k in scorer["init_args"]} == scorer["init_args"]
+    assert config["evaluation"]["metrics"] == preset.get("evaluation", base["evaluation"])["metrics"]
+    assert "base" not in config
+
+
+def test_a_config_of_ones_own_extends_a_base_and_the_command_line_still_wins(tmp_path, capsys):
+    """``base:`` is relative to the config's folder (or absolute, or a list: applied in order); an overlay after it
+    (``--config quick``) and the command line override the layered file; the train commands layer too."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "sizes.yaml").write_text("search: {num_images: 40, batch_size: 20}\n")
+    (tmp_path / "shared" / "data.yaml").write_text(f"base: {DINO}\ndata: {{init_args: {{max_samples: 77}}}}\n")
+    mine = tmp_path / "mine.yaml"
+    images = image_folder(tmp_path / "images")
+    mine.write_text(f"base: [shared/data.yaml, shared/sizes.yaml]\nsearch: {{num_images: 50}}\n"
+                    f"data: {{init_args: {{root: {images}}}}}\n")
+    with pytest.raises(SystemExit):
+        prune_main(["--config", str(mine), "--search.batch_size=10", "--print_config"])
+    config = _printed(capsys)
+    assert config["model"]["model_name"] == "vit_base_patch16_224.dino"  # DINO's, through its own base
+    assert config["data"]["init_args"]["max_samples"] == 77 and config["data"]["init_args"]["source"] == "folder"
+    assert (config["search"]["num_images"], config["search"]["batch_size"]) == (50, 10)
+    with pytest.raises(SystemExit):
+        prune_main(["--config", str(mine), "--config", "quick", "--print_config"])
+    assert _printed(capsys)["search"]["num_images"] == 8
+    assert merged_config(mine)["search"] == {"num_images": 50, "batch_size": 20, "pca_components": 192}
+
+    train = tmp_path / "train.yaml"
+    train.write_text(f"base: {ROOT / 'configs' / 'train' / 'finetune_pruned.yaml'}\ntrainer: {{max_epochs: 3}}\n")
+    with pytest.raises(SystemExit):
+        snapvit_pl_main(["train", "fit", "--config", str(train), "--print_config"])
+    config = _printed(capsys)
+    finetune = yaml.safe_load((ROOT / "configs" / "train" / "finetune_pruned.yaml").read_text())
+    assert config["trainer"]["max_epochs"] == 3 and config["model"]["loss"] == finetune["model"]["loss"]
+    assert config["trainer"]["gradient_clip_val"] == finetune["trainer"]["gradient_clip_val"]
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"a.yaml": "base: b.yaml\n", "b.yaml": "base: a.yaml\n"}, "its base configs come back to"),
+    ({"a.yaml": "base: missing.yaml\nsearch: {num_images: 8}\n"}, "its base missing.yaml is not a file"),
+    ({"a.yaml": "base: {x: 1}\n"}, "base must be a file or a list of files"),
+    ({"a.yaml": "base: b.yaml\n", "b.yaml": "search: [\n"}, "b.yaml is not valid YAML"),
+    ({"a.yaml": "base: b.yaml\n", "b.yaml": "search: {num_imagez: 8}\n"}, "num_imagez"),
+], ids=["cycle", "missing", "not-a-path", "bad-yaml", "unknown-key"])
+def test_a_bad_base_is_one_error_line(files, message, tmp_path, capsys):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert prune_main(["--config", str(tmp_path / "a.yaml"), "--out_dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "run").exists()

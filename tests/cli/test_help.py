@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from snapvit_pl.cli import prune_main
+from snapvit_pl.cli.common import merged_config
 from snapvit_pl.cli.help import FIRST_SCREEN_KEYS, OPTIONS_FILE, render_options
 from snapvit_pl.cli.prune import prune_parser
 
@@ -32,7 +33,7 @@ def test_the_first_screen_shows_the_options_people_change_one_line_each(capsys):
                 "evaluation.train_samples", "config", "resume"):
         assert key in shown, key
     # the values of the config in effect and the command line, not the demo's
-    dino = yaml.safe_load((ROOT / "configs" / "prune" / "dino_vitb16.yaml").read_text())
+    dino = merged_config(ROOT / "configs" / "prune" / "dino_vitb16.yaml")
     assert shown["model.model_name"][0] == dino["model"]["model_name"]
     assert shown["search.num_images"][0] == str(dino["search"]["num_images"])
     assert shown["data.init_args.root"][0] == "/data/imagenet"

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from snapvit_pl.cli import prune_cli, prune_main
+from snapvit_pl.cli.common import merged_config
 from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT
 from snapvit_pl.models import BackboneSpec, count_params, fingerprint, load_backbone, load_pruned
 
@@ -91,7 +92,7 @@ def test_invalid_configuration_names_the_key(tmp_path, override, key):
 def test_every_prune_config_instantiates(config, tmp_path):
     import yaml
 
-    values = yaml.safe_load(config.read_text())
+    values = merged_config(config)
     overlay = "model" not in values  # quick.yaml, snapvit.yaml: composed after a model's config
     configs = ["--config", str(ROOT / "configs" / "prune" / "dino_vitb16.yaml")] if overlay else []
     cli = prune_cli([
@@ -99,6 +100,10 @@ def test_every_prune_config_instantiates(config, tmp_path):
         "--model.model_kwargs.depth=1", "--trainer.logger=false",
     ])
     assert cli.model.backbone is not None and cli.datamodule is not None
+    if "base" in yaml.safe_load(config.read_text()):  # a full-size preset: its base's data and stages, its model
+        assert cli.datamodule.source == "folder" and cli.datamodule.max_samples == 1000
+        assert cli.model.spec.model_name == values["model"]["model_name"]
+        assert cli.model.pipeline.settings.evaluation.metrics == values["evaluation"]["metrics"]
     if overlay:  # the model's config with the overlay's values
         assert cli.datamodule.source == "folder" and cli.model.spec.model_name.endswith(".dino")
         assert cli.datamodule.max_samples == values["data"]["init_args"]["max_samples"]
