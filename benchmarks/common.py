@@ -116,9 +116,84 @@ def pct(value: Optional[float], digits: int = 1) -> str:
     return "n/a" if value is None else f"{100 * value:.{digits}f}"
 
 
-def write_results(prefix: Path, report: dict[str, Any], markdown: Any) -> None:
-    """``<prefix>.json`` (the report, :func:`rounded`) and ``<prefix>.md`` (``markdown(rounded report)``)."""
+#: The code a results file may depend on besides its script: a change here after the recorded commit makes the
+#: file stale (tests/benchmarks/test_provenance.py lists such files).
+MEASURED_CODE = ("snapvit_pl", "callbacks", "configs", "assets", "benchmarks/common.py")
+
+
+def _git(*args: str) -> Optional[str]:
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def config_digest(settings: Any) -> str:
+    """sha256 (16 hex digits) of a benchmark's settings (its parsed arguments, any JSON-able value), key order
+    aside: two files with the same digest were made with the same settings."""
+    import hashlib
+
+    text = json.dumps(settings, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+#: The command line of this process's benchmark, as :func:`parse_args` read it (None: not parsed yet).
+COMMAND: Optional[str] = None
+
+
+def parse_args(parser: Any, argv: Optional[list[str]] = None) -> Any:
+    """``parser.parse_args(argv)``, remembering the command line (the calling script and ``argv``, or the process's
+    arguments) as :data:`COMMAND`, for the results' :func:`provenance`."""
+    import inspect
+    import shlex
+
+    global COMMAND
+    args = parser.parse_args(argv)
+    script = display(Path(inspect.stack()[1].filename))
+    COMMAND = shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
+    return args
+
+
+def provenance(settings: Any) -> dict[str, Any]:
+    """What made a results file: the checkout's commit (``dirty``: the measured code had uncommitted changes), the
+    digest of the run's settings (:func:`config_digest` of ``settings``: its parsed arguments, or a settings
+    dataclass) and its command line (:data:`COMMAND`)."""
+    from dataclasses import asdict, is_dataclass
+
+    commit = _git("rev-parse", "HEAD")
+    changes = _git("status", "--porcelain", "--", *MEASURED_CODE) if commit else None
+    values = asdict(settings) if is_dataclass(settings) else vars(settings) if hasattr(settings, "__dict__") else settings
+    return {"commit": commit, "dirty": bool(changes), "config_digest": config_digest(values),
+            "command": COMMAND or "not recorded", "recorded": "run", "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def provenance_line(record: dict[str, Any]) -> str:
+    """The Markdown line that ends every results file: how to make it again, from which commit."""
+    commit = (record.get("commit") or "unknown")[:12] + (" with uncommitted changes" if record.get("dirty") else "")
+    how = "recorded when it ran" if record.get("recorded") == "run" else "from git history: the commit that wrote it"
+    return (f"_Provenance: `{record['command']}` at commit {commit} ({how}); config digest "
+            f"{record.get('config_digest') or 'not recorded'}._")
+
+
+def write_results(prefix: Path, report: dict[str, Any], markdown: Any, settings: Any,
+                  round_values: bool = True) -> None:
+    """``<prefix>.json`` (the report, :func:`rounded` unless ``round_values`` is false, with its
+    :func:`provenance` under ``"provenance"``) and ``<prefix>.md`` (``markdown(report)``, or the text ``markdown``,
+    ending with the :func:`provenance_line`). ``settings``: what the run was asked for (its parsed arguments or
+    its settings dataclass)."""
     from snapvit_pl.io import write_json_atomic, write_text_atomic
 
-    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(prefix.with_suffix(".md"), markdown(rounded(report)))
+    report = {**(rounded(report) if round_values else report), "provenance": provenance(settings)}
+    text = markdown(report) if callable(markdown) else markdown
+    write_json_atomic(prefix.with_suffix(".json"), report)
+    write_text_atomic(prefix.with_suffix(".md"), text.rstrip("\n") + "\n\n" + provenance_line(report["provenance"]) + "\n")
+
+
+def write_markdown(path: Path, text: str, settings: Any) -> None:
+    """A results file that is Markdown only: ``text``, ending with the :func:`provenance_line` of ``settings``."""
+    from snapvit_pl.io import write_text_atomic
+
+    write_text_atomic(path, text.rstrip("\n") + "\n\n" + provenance_line(provenance(settings)) + "\n")

@@ -52,14 +52,14 @@ from torch.utils.data import DataLoader, Subset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (  # noqa: E402
-    MODELS, RESULTS, Progress, PruneSetup, display, machine_info, model_overrides, pct, prune_setup, rounded,
+    MODELS, RESULTS, Progress, PruneSetup, display, machine_info, model_overrides, parse_args, pct, prune_setup,
+    write_results,
 )
 from snapvit_pl.data.base import balanced_subset_indices, dataset_targets  # noqa: E402
 from snapvit_pl.elastic import PAPER_PAIRS, Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
 from snapvit_pl.eval.features import extract_features  # noqa: E402
 from snapvit_pl.eval.linear_probe import linear_probe  # noqa: E402
 from snapvit_pl.eval.suite import EvalData  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
 from snapvit_pl.pipeline import (  # noqa: E402
     Correction, Evaluation, EvaluationSettings, SearchSettings, choose_splits, extract_models, local_importance, run_search,
@@ -311,8 +311,7 @@ def write_report(report: dict[str, Any], out_prefix: Path, log: Optional[Progres
         report["machine"] = machine_info()
         report["total_s"] = time.perf_counter() - log.start
     report["goal"] = goal(report)
-    write_json_atomic(out_prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(out_prefix.with_suffix(".md"), markdown(report))
+    write_results(out_prefix, report, markdown, report.get("settings"))
     plot(report, out_prefix.with_suffix(".png"))
 
 
@@ -641,7 +640,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--rename", action="append", default=[], metavar="JSON:OLD=NEW",
                         help="with --merge: a method of one report under its current name (a renamed column); "
                              "JSON:OLD= drops it (measured again by another of the merged runs)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if args.merge:
         try:
             renames = dict(item.rsplit("=", 1) for item in args.rename)

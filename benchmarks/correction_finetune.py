@@ -39,14 +39,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (  # noqa: E402
-    MODELS, RESULTS, Progress, PruneSetup, display, machine_info, model_overrides, pct, prune_setup, rounded,
+    MODELS, RESULTS, Progress, PruneSetup, display, machine_info, model_overrides, parse_args, pct, prune_setup,
+    write_results,
 )
 from benchmarks.compare_methods import method_scores  # noqa: E402
 from snapvit_pl.data import ClassificationDataModule  # noqa: E402
 from snapvit_pl.elastic import Budget, ElasticScores, initial_coefficients  # noqa: E402
 from snapvit_pl.errors import SnapViTError, exit_with_error  # noqa: E402
 from snapvit_pl.eval.suite import EvalData  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import save_pruned  # noqa: E402
 from snapvit_pl.pipeline import (  # noqa: E402
     Correction, Evaluation, EvaluationSettings, choose_splits, extract_models, split_table,
@@ -200,8 +200,7 @@ def run(settings: Settings, scores: Optional[str], model_name: str, out_prefix: 
         "settings": asdict(settings), "machine": machine_info(), "data_s": data_s, "val_images": val_images, "dense": dense, "models": rows,
         "total_s": time.perf_counter() - log.start,
     }
-    write_json_atomic(out_prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(out_prefix.with_suffix(".md"), markdown(report))
+    write_results(out_prefix, report, markdown, settings)
     log(f"wrote {display(out_prefix.with_suffix('.md'))} and .json (total {report['total_s']:.1f}s)")
     return report
 
@@ -267,7 +266,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="torch CPU threads (default 1: most ops here are tiny, and on a shared 2-core machine "
                              "2 threads measured up to 30x slower; 0: torch's default)")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/correction_finetune[_quick])")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     settings = Settings().quick() if args.quick else Settings()
     if args.finetune_steps is not None:
         settings = replace(settings, finetune_steps=args.finetune_steps)

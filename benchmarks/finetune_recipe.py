@@ -22,11 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, ROOT, display, machine_info, pct, rounded  # noqa: E402
+from benchmarks.common import RESULTS, ROOT, display, machine_info, parse_args, pct, write_results  # noqa: E402
 from snapvit_pl.cli import train_main  # noqa: E402
 from snapvit_pl.data import ClassificationDataModule  # noqa: E402
 from snapvit_pl.eval.suite import EvalData, evaluate_model  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import load_pruned  # noqa: E402
 
 RECIPE = ROOT / "configs" / "train" / "finetune_pruned.yaml"
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a few training batches, small evaluation")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/finetune_recipe[_quick])")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     torch.set_num_threads(args.threads)
     train, val = (300, 200) if args.quick else (10000, None)
     checkpoint = Path(args.checkpoint)
@@ -69,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
               "change": {k: after[k] - before[k] for k, _ in REPORTED}, "machine": machine_info(),
               "total_s": time.perf_counter() - started}
     prefix = Path(args.out) if args.out else RESULTS / ("finetune_recipe_quick" if args.quick else "finetune_recipe")
-    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
     lines = ["# The fine-tuning recipe on a pruned model", "",
              f"`python benchmarks/finetune_recipe.py --checkpoint {report['checkpoint']}`, {report['machine']['date']}: "
              f"`{report['recipe']}` as is ({finetune_s / 60:.1f} min of training on {args.threads} CPU threads), "
@@ -79,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
              "| before | " + " | ".join(pct(before[k], 2) for k, _ in REPORTED) + " |",
              "| after | " + " | ".join(pct(after[k], 2) for k, _ in REPORTED) + " |",
              "| change | " + " | ".join(f"{100 * report['change'][k]:+.2f}" for k, _ in REPORTED) + " |", ""]
-    write_text_atomic(prefix.with_suffix(".md"), "\n".join(lines))
+    write_results(prefix, report, "\n".join(lines), args)
     print("\n".join(lines))
     return 0
 

@@ -21,7 +21,6 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,13 +28,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import MODELS, RESULTS, Progress, machine_info, model_overrides, prune_setup, rounded  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    MODELS, RESULTS, Progress, machine_info, model_overrides, parse_args, prune_setup, write_results,
+)
 from benchmarks.compare_methods import CachedEvaluation, Settings, evaluation_data  # noqa: E402
 from benchmarks.sensitivity_vs_ablation import spearman  # noqa: E402
 from snapvit_pl.data.base import balanced_subset_indices, dataset_targets  # noqa: E402
 from snapvit_pl.elastic import Budget, ElasticScores, initial_coefficients  # noqa: E402
 from snapvit_pl.eval.suite import EvaluationSettings  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
 from snapvit_pl.pipeline import extract_models, local_importance, scoring_views  # noqa: E402
 from snapvit_pl.scoring import build_scorer  # noqa: E402
@@ -131,7 +131,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--samples", type=int, default=2000, help="held-out images scored and k-NN / probe memory")
     parser.add_argument("--tiny", action="store_true", help="smoke run: the first model, 3 candidates, few images")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/fitness_vs_accuracy)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     torch.set_num_threads(1)
     log = Progress()
     models = args.models.split(",")[:1] if args.tiny else args.models.split(",")
@@ -141,8 +141,7 @@ def main(argv: Optional[list[str]] = None) -> None:
               "sizes": sizes, "models": {m: measure(m, candidates, sizes, TINY if args.tiny else [], log) for m in models}}
     report["machine"] = machine_info()
     prefix = Path(args.out) if args.out else RESULTS / ("fitness_vs_accuracy_tiny" if args.tiny else "fitness_vs_accuracy")
-    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(prefix.with_suffix(".md"), markdown(report))
+    write_results(prefix, report, markdown, args)
     log(f"wrote {prefix}.md/.json")
 
 

@@ -35,13 +35,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import stage_floors  # noqa: E402
-from benchmarks.common import RESULTS, machine_info, rounded  # noqa: E402
+from benchmarks.common import RESULTS, machine_info, parse_args, write_results  # noqa: E402
 from snapvit_pl.data.transforms import BatchMultiCrop  # noqa: E402
 from snapvit_pl.device import autocast_context, resolve_device, synchronize  # noqa: E402
-from snapvit_pl.elastic import PAPER_PAIRS, Budget, ElasticScores  # noqa: E402
+from snapvit_pl.elastic import PAPER_PAIRS, Budget  # noqa: E402
 from snapvit_pl.eval import EvaluationSettings  # noqa: E402
 from snapvit_pl.eval.throughput import measure_throughput  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import BackboneSpec, embed, input_shape, load_backbone, prune_  # noqa: E402
 from snapvit_pl.pipeline import (  # noqa: E402
     Correction, CorrectionSettings, ExportSettings, ImportanceSettings, Pipeline, PipelineSettings, SearchSettings, TensorInputs, scoring_views,
@@ -220,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     parser.add_argument("--device", default=None, help="default: CUDA if available")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/gpu_pipeline[_tiny])")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     args.evaluations = [int(e) for e in args.evaluations.split(",")]
     args.scoring_batch, args.fitness_images, args.fitness_batch, args.pca_components = 16, 1000, 250, 192
     args.calibration_images = 256
@@ -260,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"] = machine_info()
     default = "gpu_pipeline_tiny" if args.tiny else "full_size_cpu" if args.cpu else "gpu_pipeline"
     prefix = Path(args.out) if args.out else RESULTS / default
-    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(prefix.with_suffix(".md"), markdown(rounded(report)))
+    write_results(prefix, report, markdown, args)
     print(f"wrote {prefix}.json/.md ({report['total_s']:.0f} s)")
     return 0
 

@@ -22,12 +22,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, Progress, display, machine_info, model_overrides, prune_setup, rounded  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    RESULTS, Progress, display, machine_info, model_overrides, parse_args, prune_setup, write_results,
+)
 from benchmarks.compare_methods import method_scores  # noqa: E402
 from snapvit_pl.device import resolve_device  # noqa: E402
 from snapvit_pl.elastic import PAPER_PAIRS, Budget, CostModel, ElasticScores  # noqa: E402
 from snapvit_pl.elastic.latency import measure_latency_table, time_rounds  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import eval_mode, input_shape  # noqa: E402
 from snapvit_pl.pipeline import extract_models  # noqa: E402
 
@@ -106,15 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30, help="timing rounds of the extracted models")
     parser.add_argument("--quick", action="store_true", help="smoke run: few rounds")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/latency_budget[_quick])")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     args.batches = [int(b) for b in args.batches.split(",")]
     args.repeats, args.warmup = (3, 1) if args.quick else (15, 3)
     if args.quick:
         args.rounds, args.batches = 3, [1, 8]
     report = run(args)
     prefix = Path(args.out) if args.out else RESULTS / ("latency_budget_quick" if args.quick else "latency_budget")
-    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(prefix.with_suffix(".md"), markdown(report))
+    write_results(prefix, report, markdown, args)
     print(markdown(report))
     return 0
 

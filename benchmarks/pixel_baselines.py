@@ -19,11 +19,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, machine_info, rounded  # noqa: E402
+from benchmarks.common import RESULTS, machine_info, parse_args, write_results  # noqa: E402
 from snapvit_pl.data import ClassificationDataModule  # noqa: E402
 from snapvit_pl.eval.knn import knn_classify  # noqa: E402
 from snapvit_pl.eval.linear_probe import linear_probe  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 
 #: task -> (data source, input size, mean, std): the development models' own input pipelines
 TASKS = {
@@ -53,7 +52,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="smoke run: 300 / 200 images")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/pixel_baselines)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     torch.set_num_threads(1)
     sizes = (300, 200) if args.tiny else (5000, None)
     report = {"benchmark": "benchmarks/pixel_baselines.py", "tiny": args.tiny,
@@ -66,8 +65,7 @@ def main(argv: Optional[list[str]] = None) -> None:
              "| task | k-NN | linear probe |", "|---|---:|---:|"]
     lines += [f"| {task} | {100 * r['knn_top1']:.2f} | {100 * r['linear_top1']:.2f} |" for task, r in report["tasks"].items()]
     prefix = Path(args.out) if args.out else RESULTS / ("pixel_baselines_tiny" if args.tiny else "pixel_baselines")
-    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(prefix.with_suffix(".md"), "\n".join(lines) + "\n")
+    write_results(prefix, report, "\n".join(lines), args)
 
 
 if __name__ == "__main__":

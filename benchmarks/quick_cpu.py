@@ -83,18 +83,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="the CI smoke run: a tiny model of the same config")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/quick_cpu[_tiny])")
-    args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from benchmarks.common import RESULTS, machine_info
-    from snapvit_pl.io import write_json_atomic, write_text_atomic
+    from benchmarks.common import RESULTS, machine_info, parse_args, write_results
+
+    args = parse_args(parser, argv)
 
     with tempfile.TemporaryDirectory(prefix="quick_cpu_") as tmp:
         run = run_quick(Path(tmp), tiny=args.tiny)
     print(f"quick run: {run['wall_s']:.0f} s (1 torch thread; load {run['load_before']} -> {run['load_after']})")
     record = {"machine": {**machine_info(), "torch_threads": 1}, "run": run, "tiny": args.tiny, "limit_s": LIMIT_S}
     prefix = Path(args.out) if args.out else RESULTS / ("quick_cpu_tiny" if args.tiny else "quick_cpu")
-    write_json_atomic(prefix.with_suffix(".json"), record)
-    write_text_atomic(prefix.with_suffix(".md"), markdown(record))
+    write_results(prefix, record, markdown, args, round_values=False)
     print(f"wrote {prefix}.json/.md")
     return 0
 

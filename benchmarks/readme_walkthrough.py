@@ -169,10 +169,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads per command (default 1)")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/readme_walkthrough)")
-    args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from benchmarks.common import RESULTS, machine_info
-    from snapvit_pl.io import write_json_atomic, write_text_atomic
+    from benchmarks.common import RESULTS, machine_info, parse_args, write_results
+
+    args = parse_args(parser, argv)
 
     with tempfile.TemporaryDirectory(prefix="walkthrough_") as tmp:
         record = run_walkthrough(Path(tmp), args.threads)
@@ -181,8 +181,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         entry["stderr"] = [line for line in entry["stderr"].splitlines() if line.startswith("[snapvit]")]
         entry.pop("stdout")
     prefix = Path(args.out) if args.out else RESULTS / "readme_walkthrough"
-    write_json_atomic(prefix.with_suffix(".json"), record)
-    write_text_atomic(prefix.with_suffix(".md"), markdown(record))
+    write_results(prefix, record, markdown, args, round_values=False)
     print(f"wrote {prefix}.json/.md")
     return 0
 

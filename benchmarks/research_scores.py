@@ -52,13 +52,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import MODELS, RESULTS, Progress, display, model_overrides, prune_setup  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    MODELS, RESULTS, Progress, display, model_overrides, parse_args, provenance, prune_setup, write_markdown,
+)
 from benchmarks.compare_methods import CachedEvaluation, Settings, evaluation_data, with_probe_head  # noqa: E402
 from benchmarks.research_custom import (  # noqa: E402
     CUSTOM as _RESEARCH, OLD_DEMO_SEARCH, POST as _POST, research_scorer,
 )
 from snapvit_pl.elastic import PAPER_PAIRS, Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
-from snapvit_pl.io import write_text_atomic  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
 from snapvit_pl.pipeline import (  # noqa: E402
     Correction, CorrectionSettings, EvaluationSettings, choose_splits, extract_models, local_importance, run_search,
@@ -316,6 +317,9 @@ def run(models: list[str], seeds: list[int], variants: list[str], out: Path, val
                 log(f"  {name}: " + "; ".join(f"{tuple(r['pair'])} h{r['ratios'][1]:.2f} "
                                              + "/".join("-" if r[k] is None else f"{100 * r[k]:.2f}" for k in REPORTED)
                                              for r in record["rows"]))
+                record["provenance"] = provenance({"model": model_name, "seed": seed, "variant": name,
+                                                   "val_samples": val_samples, "train_samples": train_samples,
+                                                   "overrides": list(overrides)})
                 with out.open("a") as f:
                     f.write(json.dumps(record) + "\n")
 
@@ -382,7 +386,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--paired", default=None, metavar="BASELINE:MARKDOWN",
                         help="write each of --variants minus BASELINE, paired by seed, over --models to MARKDOWN, "
                              "then exit")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     out = Path(args.out) if args.out else (CACHE / "quick.jsonl" if args.quick else RESEARCH / "holdout.jsonl")
     variants = args.variants.split(",")
     if args.goal:
@@ -395,12 +399,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.paired:
         baseline, target = args.paired.split(":", 1)
         text = paired_table(out, variants, baseline, args.models.split(","))
-        write_text_atomic(Path(target), text)
+        write_markdown(Path(target), text, args)
         print(text)
         return
     if args.selection:
         text = selection_table(out, variants, args.models.split(","))
-        write_text_atomic(Path(args.selection), text)
+        write_markdown(Path(args.selection), text, args)
         print(text)
         return
     unknown = set(variants) - set(VARIANTS)

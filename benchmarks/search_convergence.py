@@ -25,10 +25,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import MODELS, RESULTS, Progress, machine_info, model_overrides, prune_setup, rounded  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    MODELS, RESULTS, Progress, machine_info, model_overrides, parse_args, prune_setup, write_results,
+)
 from benchmarks.compare_methods import method_scores  # noqa: E402
 from snapvit_pl.elastic import initial_coefficients  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.pipeline import SearchSettings, run_search  # noqa: E402
 from snapvit_pl.search.fitness import EmbeddingFitness  # noqa: E402
 
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="smoke run")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/search_convergence[_quick])")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     args.models, args.seeds = args.models.split(","), [int(s) for s in args.seeds.split(",")]
     args.sizes, args.reference_images, args.per_spread, args.overrides = [64, 128, 256, 500], 1000, 12, []
     if args.quick:
@@ -187,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = ["--data.init_args.max_samples=64", "--search.num_images=32"]
     report = run(args)
     prefix = Path(args.out) if args.out else RESULTS / ("search_convergence_quick" if args.quick else "search_convergence")
-    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(prefix.with_suffix(".md"), markdown(report))
+    write_results(prefix, report, markdown, args)
     plot(report, prefix.with_suffix(".png"))
     print(markdown(report))
     return 0

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import MODELS, RESULTS, model_overrides, prune_setup  # noqa: E402
+from benchmarks.common import MODELS, RESULTS, model_overrides, parse_args, prune_setup, write_markdown  # noqa: E402
 from snapvit_pl.device import autocast_context  # noqa: E402
 from snapvit_pl.elastic import Budget, ElasticScores, initial_coefficients  # noqa: E402
 from snapvit_pl.models import embed, fingerprint, prune_  # noqa: E402
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--model", default="reference", help=f"a development model: {', '.join(MODELS)}")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: on a busy 2-core machine 2 threads can be 10x slower)")
     parser.add_argument("--out", default=str(RESULTS / "search_speed.md"))
-    args = parser.parse_args()
+    args = parse_args(parser)
     torch.set_num_threads(args.threads)
 
     setup = prune_setup(*model_overrides(args.model))
@@ -71,7 +71,7 @@ def main() -> None:
     lines = ["# Search speed", "", "`python benchmarks/search_speed.py` (measured, not in CI).", "",
              "| " + " | ".join(result_row) + " |", "|" + "---|" * len(result_row),
              "| " + " | ".join(str(v) for v in result_row.values()) + " |"]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_markdown(Path(args.out), "\n".join(lines), args)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import MODELS, RESULTS, Progress, machine_info, model_overrides, prune_setup, rounded  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    MODELS, RESULTS, Progress, machine_info, model_overrides, parse_args, prune_setup, write_results,
+)
 from snapvit_pl.elastic import ElasticScores  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
 from snapvit_pl.models import Subnet, prunable_blocks  # noqa: E402
 from snapvit_pl.pipeline import local_importance, scoring_views  # noqa: E402
 from snapvit_pl.search.fitness import EmbeddingFitness  # noqa: E402
@@ -100,7 +101,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--neurons", type=int, default=48, help="MLP neurons of the middle block to ablate")
     parser.add_argument("--tiny", action="store_true", help="smoke run: the first model, few images and neurons")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/sensitivity_vs_ablation)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     torch.set_num_threads(1)
     log = Progress()
     models = args.models.split(",")[:1] if args.tiny else args.models.split(",")
@@ -108,8 +109,7 @@ def main(argv: Optional[list[str]] = None) -> None:
               "models": {m: measure(m, 4 if args.tiny else args.neurons, TINY if args.tiny else [], log) for m in models}}
     report["machine"] = machine_info()
     prefix = Path(args.out) if args.out else RESULTS / ("sensitivity_vs_ablation_tiny" if args.tiny else "sensitivity_vs_ablation")
-    write_json_atomic(prefix.with_suffix(".json"), rounded(report))
-    write_text_atomic(prefix.with_suffix(".md"), markdown(report))
+    write_results(prefix, report, markdown, args)
     log(f"wrote {prefix}.md/.json")
 
 

@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (  # noqa: E402
-    MODELS, RESULTS, Progress, machine_info, model_overrides, prune_setup, write_results,
+    MODELS, RESULTS, Progress, machine_info, model_overrides, parse_args, prune_setup, write_results,
 )
 from snapvit_pl.elastic import CostModel, ElasticScores  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs of each raced configuration")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/split_choice[_tiny])")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     torch.set_num_threads(1)
     if args.tiny:
         args.models, args.seeds, args.repeats = "reference", "0", 1
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"] = machine_info()
     report["total_s"] = time.perf_counter() - log.start
     prefix = Path(args.out) if args.out else RESULTS / ("split_choice_tiny" if args.tiny else "split_choice")
-    write_results(prefix, report, markdown)
+    write_results(prefix, report, markdown, args)
     log(f"wrote {prefix}.json/.md")
     return 0
 

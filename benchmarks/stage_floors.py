@@ -49,7 +49,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (  # noqa: E402
-    RESULTS, ROOT, Progress, machine_info, model_overrides, prune_setup, write_results,
+    RESULTS, ROOT, Progress, machine_info, model_overrides, parse_args, prune_setup, write_results,
 )
 from snapvit_pl.device import resolve_device, synchronize  # noqa: E402
 from snapvit_pl.elastic import Budget, CostModel, default_budgets  # noqa: E402
@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--two-processes", dest="two", action=argparse.BooleanOptionalAction, default=None,
                         help="the 2-process prune.py run (default: on the CPU, not with --tiny)")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     torch.set_num_threads(1)
     device = resolve_device(args.device)
     clock, log = Clock(device), Progress()
@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         report["start_up"] = start_up(log)
     report["machine"] = machine_info()
     prefix = Path(args.out) if args.out else RESULTS / ("stage_floors_tiny" if args.tiny else "stage_floors")
-    write_results(prefix, report, markdown)
+    write_results(prefix, report, markdown, args)
     log(f"wrote {prefix}.json/.md")
     return 0
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from snapvit_pl.eval import measure_throughput  # noqa: E402
-from snapvit_pl.io import write_json_atomic, write_text_atomic  # noqa: E402
+from benchmarks.common import parse_args, write_results  # noqa: E402
 from snapvit_pl.models import count_flops, input_shape, load_pruned  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=10, help="timed forwards per model and round (median)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "throughput"))
-    args = parser.parse_args()
+    args = parse_args(parser)
     model_dirs = sorted(p for p in (Path(args.run) / "models").iterdir() if (p / "architecture.json").is_file())
     if not model_dirs:
         raise SystemExit(f"error: {args.run}/models has no pruned checkpoints; give a prune.py run directory")
@@ -77,8 +77,7 @@ def main() -> None:
                   f"({v['speedup_min']:.2f}-{v['speedup_max']:.2f}) | {v['speedup'] / v['flops_reduction']:.2f} |"
                   for name, v in rows.items()]
         lines.append("")
-    write_json_atomic(Path(args.out).with_suffix(".json"), report)
-    write_text_atomic(Path(args.out).with_suffix(".md"), "\n".join(lines))
+    write_results(Path(args.out), report, "\n".join(lines), args, round_values=False)
     print("\n".join(lines))
 
 

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from snapvit_pl.io import write_text_atomic  # noqa: E402
+from benchmarks.common import parse_args, write_markdown  # noqa: E402
 
 STEP_TAGS = ("train/loss",)
 IGNORED = ("epoch", "hp_metric")
@@ -90,9 +90,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="the training run's directory (its --trainer.default_root_dir)")
     parser.add_argument("out", type=Path, help="the Markdown file to write")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     text = markdown(args.run_dir, epochs(read_scalars(args.run_dir)))
-    write_text_atomic(args.out, text)
+    write_markdown(args.out, text, args)
     print(text)
 
 

@@ -1,0 +1,155 @@
+"""Where every results file came from, and which ones are older than the code they measure.
+
+Every file under ``benchmarks/results/`` (and each development model's ``training_log.md``) records what made it:
+the commit, a digest of the settings and the command (``benchmarks/common.py``: ``write_results``,
+``write_markdown``; a JSON file under ``"provenance"``, a Markdown file in its last line, a JSON-lines file in each
+record). A file is *stale* when the code it measures (its script and :data:`benchmarks.common.MEASURED_CODE`)
+changed in a commit after the recorded one.
+
+    python benchmarks/provenance.py            # the table: file, recorded commit, stale or not
+    python benchmarks/provenance.py --backfill # once: files written before provenance was recorded get the
+                                               # commit that wrote them (from git), marked "recorded: git"
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import MEASURED_CODE, RESULTS, provenance_line  # noqa: E402
+
+#: The Markdown provenance line (benchmarks.common.provenance_line) read back.
+LINE = re.compile(r"^_Provenance: `(?P<command>[^`]*)` at commit (?P<commit>[0-9a-f]+|unknown)(?P<dirty> with "
+                  r"uncommitted changes)? \((?P<how>[^)]*)\); config digest (?P<digest>[0-9a-f]{16}|not recorded)\._$")
+#: Results files whose script is not benchmarks/<stem>.py.
+SCRIPTS = {"full_size_cpu": "benchmarks/gpu_pipeline.py", "demo_prune_report": "prune.py",
+           "training_log": "benchmarks/training_log.py", "holdout": "benchmarks/research_scores.py",
+           "selection": "benchmarks/research_scores.py", "probes": "benchmarks/research_scores.py",
+           "LOG": "benchmarks/research_scores.py"}
+
+
+def results_files() -> list[Path]:
+    """Every results file: JSON, JSON lines and Markdown under benchmarks/results/, and the training logs."""
+    files = [p for p in RESULTS.rglob("*") if p.suffix in (".json", ".jsonl", ".md") and "cache" not in p.parts]
+    return sorted(files + sorted((ROOT / "assets").glob("*/training_log.md")))
+
+
+def script_of(path: Path) -> str:
+    """The script that writes ``path`` (relative to the checkout)."""
+    if path.parent.name == "compare_methods_runs":
+        return "benchmarks/compare_methods.py"
+    return SCRIPTS.get(path.stem, f"benchmarks/{path.stem}.py")
+
+
+def records(path: Path) -> list[Optional[dict[str, Any]]]:
+    """The provenance a file records (a JSON-lines file: one per line; None where a record has none)."""
+    text = path.read_text()
+    if path.suffix == ".json":
+        return [json.loads(text).get("provenance")]
+    if path.suffix == ".jsonl":
+        return [json.loads(line).get("provenance") for line in text.splitlines() if line.strip()]
+    last = text.rstrip("\n").splitlines()[-1] if text.strip() else ""
+    match = LINE.match(last)
+    if match is None:
+        return [None]
+    return [{"command": match["command"], "commit": match["commit"], "dirty": bool(match["dirty"]),
+             "recorded": "run" if match["how"] == "recorded when it ran" else "git",
+             "config_digest": None if match["digest"] == "not recorded" else match["digest"]}]
+
+
+def _git(*args: str) -> Optional[str]:
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def last_change(paths: list[str]) -> Optional[str]:
+    """The newest commit that changed any of ``paths``."""
+    return _git("log", "-1", "--format=%H", "--", *paths) or None
+
+
+@dataclass
+class Status:
+    """One results file: the commit it records, the last change to what it measures, whether it is older."""
+    path: Path
+    commit: Optional[str]
+    recorded: Optional[str]
+    changed_in: Optional[str]
+    stale: Optional[bool]  # None: not known (no provenance, or the history does not hold the commit)
+
+
+def status(path: Path) -> Status:
+    """Whether ``path`` is older than the code it measures (its oldest record's commit is the one compared)."""
+    found = records(path)
+    if any(r is None or not r.get("commit") for r in found):
+        return Status(path, None, None, None, None)
+    script = script_of(path)
+    changed = last_change([script, *MEASURED_CODE])
+    commits = {r["commit"] for r in found}
+    full = [_git("rev-parse", "--verify", "--quiet", f"{c}^{{commit}}") for c in commits]
+    if changed is None or None in full:
+        return Status(path, sorted(commits)[0], found[0]["recorded"], changed, None)
+    stale = any(subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", changed, c]).returncode != 0
+                for c in full)
+    return Status(path, sorted(commits)[0], found[0]["recorded"], changed, stale)
+
+
+def _command_in(text: str, script: str) -> str:
+    """The command a Markdown file names for itself (its first `python ...` code span), else the script's name."""
+    match = re.search(r"`((?:OMP_NUM_THREADS=\d+ )?python (?:" + re.escape(script) + r"|prune\.py)[^`]*)`", text)
+    return match[1] if match else f"python {script} (its arguments were not recorded)"
+
+
+def backfill(path: Path) -> bool:
+    """Give a file written before provenance was recorded the commit that last wrote it (``recorded: git``);
+    returns whether it changed. Its values are left as they are."""
+    if all(r is not None for r in records(path)):
+        return False
+    commit = _git("log", "-1", "--format=%H", "--", str(path.relative_to(ROOT)))
+    if not commit:
+        return False
+    script = script_of(path)
+    sibling = path.with_suffix(".md")
+    command = _command_in(sibling.read_text() if sibling.is_file() else path.read_text(), script)
+    record = {"commit": commit, "dirty": False, "config_digest": None, "command": command, "recorded": "git"}
+    text = path.read_text()
+    if path.suffix == ".json":
+        data = json.loads(text)
+        data["provenance"] = record
+        second = text.split("\n", 2)[1] if text.startswith("{\n") else ""
+        indent = (len(second) - len(second.lstrip(" "))) or None  # as the file was written
+        path.write_text(json.dumps(data, indent=indent) + ("\n" if text.endswith("\n") else ""))
+    elif path.suffix == ".jsonl":
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        path.write_text("".join(json.dumps({**r, "provenance": r.get("provenance") or record}) + "\n" for r in lines))
+    else:
+        path.write_text(text.rstrip("\n") + "\n\n" + provenance_line(record) + "\n")
+    return True
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backfill", action="store_true", help="record the writing commit (from git) in every "
+                        "results file without provenance, then show the table")
+    args = parser.parse_args(argv)
+    if args.backfill:
+        for path in results_files():
+            if backfill(path):
+                print(f"backfilled {path.relative_to(ROOT)}")
+    print("| file | recorded commit | how | stale |\n|---|---|---|---|")
+    for path in results_files():
+        s = status(path)
+        shown = "n/a" if s.stale is None else ("**stale**" if s.stale else "current")
+        print(f"| {path.relative_to(ROOT)} | {(s.commit or 'none')[:12]} | {s.recorded or '-'} | {shown} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
