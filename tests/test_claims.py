@@ -3,15 +3,21 @@
 Three kinds of claims:
 
 - ``docs/claims.yaml`` entries with ``values``: a text in a document, formatted from values of a results JSON file
-  (``{name:.2f}`` with ``values: {name: dotted.key.path}``); the formatted text must appear in the document verbatim;
-- ``docs/claims.yaml`` entries with ``numbers``: numbers a document quotes from a results file (a Markdown table an
-  aggregate was printed into); each must appear verbatim in both, and in the document within ``near`` (the sentence
-  that makes the claim);
+  (``{name:.2f}`` with ``values: {name: dotted.key.path}``, optionally ``scale: {name: 100}``); the formatted text must
+  appear in the document verbatim. A value is one key path (see ``lookup``: ``[key=value]`` picks a list item,
+  ``[key]`` is a key that holds dots, ``#`` counts a list's items, ``#[key=value]`` those whose key equals value), or
+  two joined by `` - `` or `` / `` (the right one may be a number) where the document quotes a difference or a ratio
+  of recorded values;
+- ``docs/claims.yaml`` entries with ``numbers``: only for a results file that no JSON of the same name accompanies
+  (a Markdown table aggregated from JSON lines, a benchmark that writes Markdown only): numbers a document quotes from
+  it; each must appear verbatim in both, and in the document within ``within`` characters after ``near`` (the
+  sentence that makes the claim);
 - blocks ``<!-- results: benchmarks/results/X.md -->`` ... ``<!-- /results -->`` in a document: every non-empty line
   between the markers must be a line of that results file (tables are copied, never retyped).
 
 Editing a published number (or a results file) without the other makes this test fail.
 """
+import copy
 import json
 import re
 from pathlib import Path
@@ -23,17 +29,55 @@ ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "docs" / "claims.yaml"
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"<!-- results: (?P<source>\S+) -->\n(?P<body>.*?)<!-- /results -->", re.S)
+OPERATION = re.compile(r"(?P<left>.+?) (?P<op>[-/]) (?P<right>.+)")
+
+
+def _steps(path: str) -> list[str]:
+    return re.findall(r"#?\[[^\]]*\]|[^.]+", path)  # a [...] step may hold dots
+
+
+def _step(data, step: str):
+    count = re.fullmatch(r"#(?:\[(\w+)=(.+)\])?", step)
+    if count:
+        return len([item for item in data if count[1] is None or str(item[count[1]]) == count[2]])
+    match = re.fullmatch(r"\[(\w+)=(.+)\]", step)
+    if match:
+        return next(item for item in data if str(item[match[1]]) == match[2])
+    key = re.fullmatch(r"\[(.+)\]", step)
+    if key:
+        return data[key[1]]
+    return data[int(step)] if isinstance(data, list) else data[step]
 
 
 def lookup(data, path: str):
-    """``a.b.0.c`` in nested dicts and lists; a ``[key=value]`` step picks the list item whose key equals value."""
-    for step in re.findall(r"\[[^\]]*\]|[^.]+", path):  # a [key=value] step may hold dots
-        match = re.fullmatch(r"\[(\w+)=(.+)\]", step)
-        if match:
-            data = next(item for item in data if str(item[match[1]]) == match[2])
-        else:
-            data = data[int(step)] if isinstance(data, list) else data[step]
+    """``a.b.0.c`` in nested dicts and lists; a ``[key=value]`` step picks the list item whose key equals value, a
+    ``[key]`` step is a dict key that may hold dots, ``#`` is the number of a list's items and ``#[key=value]`` the
+    number of those whose key equals value."""
+    for step in _steps(path):
+        data = _step(data, step)
     return data
+
+
+def value(data, spec: str):
+    """A key path, or ``path - path`` / ``path / path`` (the right operand may be a number)."""
+    operation = OPERATION.fullmatch(spec)
+    if not operation:
+        return lookup(data, spec)
+    left = lookup(data, operation["left"])
+    try:
+        right = float(operation["right"])
+    except ValueError:
+        right = lookup(data, operation["right"])
+    return left - right if operation["op"] == "-" else left / right
+
+
+def formatted(claim, source=None) -> str:
+    """The text of a ``values`` claim, formatted from its results file (or from ``source``, that file's data)."""
+    if source is None:
+        source = json.loads((ROOT / claim["source"]).read_text())
+    scale = claim.get("scale", {})
+    values = {name: value(source, spec) * scale.get(name, 1) for name, spec in claim["values"].items()}
+    return claim["text"].format(**values)
 
 
 def claims():
@@ -48,6 +92,10 @@ def _flat(text: str) -> str:
 def test_registered_claim_matches_its_results_file(claim):
     document = _flat((ROOT / claim["doc"]).read_text())
     if "numbers" in claim:
+        sibling = Path(claim["source"]).with_suffix(".json")
+        assert not (ROOT / sibling).exists(), \
+            f"{claim['source']} has {sibling} beside it: register a `values` claim naming the fields (the numbers: " \
+            f"{claim['numbers']})"
         source = _flat((ROOT / claim["source"]).read_text())
         start = document.find(_flat(claim["near"]))
         assert start >= 0, f"{claim['doc']} no longer says {claim['near']!r}"
@@ -57,10 +105,26 @@ def test_registered_claim_matches_its_results_file(claim):
             assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", sentence), \
                 f"{claim['doc']}: {number} ({claim['source']}) is not in the claim {claim['near']!r} ..."
         return
-    source = json.loads((ROOT / claim["source"]).read_text())
-    values = {name: lookup(source, path) * claim.get("scale", {}).get(name, 1) for name, path in claim["values"].items()}
-    text = claim["text"].format(**values)
+    text = formatted(claim)
     assert _flat(text) in document, f"{claim['doc']} does not say {text!r} ({claim['source']})"
+
+
+def test_a_changed_result_fails_its_claim():
+    """One digit more in a results file's value, and the document no longer says what the claim formats."""
+    claim = next(c for c in claims() if c["doc"] == "docs/development_models.md" and c["text"].startswith("own head"))
+    document = _flat((ROOT / claim["doc"]).read_text())
+    source = json.loads((ROOT / claim["source"]).read_text())
+    assert _flat(formatted(claim, source)) in document
+    path = claim["values"]["head"]
+    *parent, last = _steps(path)
+    changed = copy.deepcopy(source)
+    container = changed
+    for step in parent:
+        container = _step(container, step)
+    decimals = int(re.search(r"\{head:\.(\d+)f\}", claim["text"])[1])
+    container[last] += 10 ** -decimals / claim.get("scale", {}).get("head", 1)  # +1 in the last digit shown
+    assert lookup(changed, path) != lookup(source, path)
+    assert _flat(formatted(claim, changed)) not in document
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
