@@ -215,3 +215,53 @@ def test_the_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
 
     unknown = run(str(bin_dir / "snapvit-pl"), "prune", "--config", "dino_vitb61")
     assert unknown.returncode == 2 and "dino_vitb16, " in unknown.stderr and unknown.stderr.count("\n") == 1
+
+
+MINIMUM_VERSIONS = ROOT / ".ci" / "minimum-versions.txt"
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """``name -> version`` of a constraints file's ``name==version`` lines (comments and blank lines skipped)."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def _lower_bounds() -> dict[str, str]:
+    """``name -> lower bound`` of every dependency in pyproject.toml (its ``>=`` version)."""
+    import re
+
+    bounds = {}
+    for dependency in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^]]*\])?\s*>=\s*([0-9][^,;\s]*)", dependency)
+        assert match, f"{dependency!r}: every dependency declares a lower bound (>=)"
+        bounds[match.group(1).lower()] = match.group(3)
+    return bounds
+
+
+def test_the_minimum_versions_run_installs_every_declared_lower_bound():
+    """.ci/run's second test run installs .ci/minimum-versions.txt: exactly the lower bounds pyproject.toml declares,
+    written out in full (``>=2.6.1`` -> ``==2.6.1``, ``>=1.4`` -> ``==1.4.0``), for every dependency."""
+    from packaging.version import Version
+
+    pins, bounds = _pins(MINIMUM_VERSIONS), _lower_bounds()
+    assert set(pins) == set(bounds), f"pinned but not declared: {set(pins) - set(bounds)}; declared but not pinned: " \
+                                     f"{set(bounds) - set(pins)}"
+    for name, bound in bounds.items():
+        assert Version(pins[name]) == Version(bound), f"{name}: pyproject says >={bound}, the minimum run installs {pins[name]}"
+
+
+@pytest.mark.skipif(os.environ.get("SNAPVIT_MINIMUM_VERSIONS") != "1", reason=".ci/run's minimum-versions run only")
+def test_this_run_has_the_minimum_versions_installed():
+    """In .ci/run's minimum-versions run (``SNAPVIT_MINIMUM_VERSIONS=1``), the suite runs with exactly the pinned
+    lower bounds installed (a local build label such as ``+cu130`` aside)."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    for name, pinned in _pins(MINIMUM_VERSIONS).items():
+        assert Version(Version(version(name)).base_version) == Version(pinned), f"{name} {version(name)} != {pinned}"
