@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from itertools import chain
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -70,10 +70,62 @@ def self_distillation_loss(student: torch.Tensor, teacher: torch.Tensor, center:
         n_global: global views per image.
         student_temp, teacher_temp: softmax temperatures.
     """
+    return distillation_cross_entropy(student, F.softmax((teacher - center) / teacher_temp, dim=-1), n_views, n_global,
+                                      student_temp)
+
+
+def distillation_cross_entropy(student: torch.Tensor, target: torch.Tensor, n_views: int, n_global: int,
+                               student_temp: float) -> torch.Tensor:
+    """Cross-entropy between the teacher's target distribution of each global view ``target`` ``[n_global * B, K]``
+    and the student's distribution of every *other* view (``student`` logits ``[n_views * B, K]``, view-major),
+    averaged over the pairs and the batch."""
     log_student = F.log_softmax(student / student_temp, dim=-1).chunk(n_views)
-    target = F.softmax((teacher - center) / teacher_temp, dim=-1).chunk(n_global)
-    pairs = [(-t * log_student[v]).sum(-1).mean() for g, t in enumerate(target) for v in range(n_views) if v != g]
+    pairs = [(-t * log_student[v]).sum(-1).mean() for g, t in enumerate(target.chunk(n_global))
+             for v in range(n_views) if v != g]
     return torch.stack(pairs).mean()
+
+
+def multicrop_contrastive_loss(embeddings: torch.Tensor, n_views: int, temperature: float) -> torch.Tensor:
+    """InfoNCE over multi-crop views (SimCLR's NT-Xent with every other view of the same image as a positive, as
+    supervised contrastive learning does with a class): ``embeddings`` ``[n_views * B, D]`` view-major; each view is
+    pulled towards the other views of its image and pushed from every view of the other images of the batch."""
+    z = F.normalize(embeddings.float(), dim=-1)
+    logits = z @ z.T / temperature
+    own = torch.eye(len(z), dtype=torch.bool, device=z.device)
+    logits = logits.masked_fill(own, float("-inf"))
+    image = torch.arange(len(z) // n_views, device=z.device).repeat(n_views)
+    positive = (image[:, None] == image[None, :]) & ~own
+    log_p = F.log_softmax(logits, dim=1).masked_fill(~positive, 0.0)
+    return -(log_p.sum(dim=1) / positive.sum(dim=1)).mean()
+
+
+@torch.no_grad()
+def sinkhorn_targets(teacher: torch.Tensor, teacher_temp: float, iterations: int = 3) -> torch.Tensor:
+    """Teacher targets ``[N, K]`` by Sinkhorn-Knopp (SwAV; DINOv2's centring): ``exp(teacher / temp)`` scaled so
+    that every prototype takes an equal share of the batch and every sample's row sums to 1. Under DDP the sums run
+    over every process's batch."""
+    distributed = dist.is_available() and dist.is_initialized()
+    shift = teacher.max().float()
+    if distributed:  # one shift for all processes: the largest logit of any
+        dist.all_reduce(shift, op=dist.ReduceOp.MAX)
+    q = torch.exp((teacher.float() - shift) / teacher_temp).T  # [K, N]
+    samples = torch.tensor(float(q.shape[1]), device=q.device)
+    if distributed:
+        dist.all_reduce(samples)
+
+    def summed(x: torch.Tensor) -> torch.Tensor:
+        if distributed:
+            dist.all_reduce(x)
+        return x
+
+    tiny = torch.finfo(q.dtype).tiny  # a prototype (or sample) whose every weight underflowed stays at zero
+    q /= summed(q.sum()).clamp_min(tiny)
+    for _ in range(iterations):
+        q /= summed(q.sum(dim=1, keepdim=True)).clamp_min(tiny)  # every prototype the same mass ...
+        q /= q.shape[0]
+        q /= q.sum(dim=0, keepdim=True).clamp_min(tiny)  # ... every sample a distribution
+        q /= samples
+    return (q * samples).T
 
 
 class SelfDistillationModule(pl.LightningModule):
@@ -97,6 +149,12 @@ class SelfDistillationModule(pl.LightningModule):
         warmup_teacher_temp: teacher temperature at the start, raised linearly to ``teacher_temp``.
         warmup_teacher_temp_epochs: length of that warm-up (epochs, fractions allowed).
         center_momentum: momentum of the teacher-output centre.
+        objective: ``dino`` (the default: self-distillation from the teacher's prototype distribution) or
+            ``contrastive`` (:func:`multicrop_contrastive_loss` on the student's projection-head bottleneck, at
+            temperature ``student_temp``; the teacher is still the student's EMA, and it is what is exported, as
+            MoCo's momentum encoder); faster to reach useful features on a small budget.
+        centering: how the teacher's outputs are centred: ``mean`` (DINO: a running mean subtracted) or ``sinkhorn``
+            (DINOv2: three Sinkhorn-Knopp iterations over the batch, :func:`sinkhorn_targets`).
         teacher_momentum: EMA momentum at the start, raised to 1 by a cosine over the run.
         lr: peak AdamW learning rate (linear warm-up, then cosine to ``min_lr``).
         min_lr: final learning rate.
@@ -129,6 +187,8 @@ class SelfDistillationModule(pl.LightningModule):
         warmup_teacher_temp: PositiveFloat = 0.04,
         warmup_teacher_temp_epochs: NonNegativeFloat = 3.0,
         center_momentum: ClosedUnitInterval = 0.9,
+        objective: Literal["dino", "contrastive"] = "dino",
+        centering: Literal["mean", "sinkhorn"] = "mean",
         teacher_momentum: ClosedUnitInterval = 0.99,
         lr: PositiveFloat = 5e-4,
         min_lr: NonNegativeFloat = 1e-6,
@@ -140,6 +200,10 @@ class SelfDistillationModule(pl.LightningModule):
     ):
         super().__init__()
         check_ranges(SelfDistillationModule, locals())
+        if centering not in ("mean", "sinkhorn"):
+            raise ConfigError(f"model.centering must be mean or sinkhorn, got {centering!r}")
+        if objective not in ("dino", "contrastive"):
+            raise ConfigError(f"model.objective must be dino or contrastive, got {objective!r}")
         self.save_hyperparameters()
         self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
         # dynamic_img_size: the same weights take the smaller local views (position embeddings resampled); the
@@ -153,6 +217,8 @@ class SelfDistillationModule(pl.LightningModule):
         self.model = copy.deepcopy(self.student).requires_grad_(False)
         self.teacher_head = copy.deepcopy(self.student_head).requires_grad_(False)
         self.register_buffer("center", torch.zeros(1, out_dim))
+        if objective == "contrastive":  # the prototypes take no part (and DDP wants no parameter left without gradient)
+            self.student_head.last_layer.requires_grad_(False)
 
     # -- schedules ------------------------------------------------------------------------------
     def _epochs_done(self) -> float:
@@ -192,16 +258,27 @@ class SelfDistillationModule(pl.LightningModule):
         if self.hparams.local_size:
             local_views = F.interpolate(local_views, size=self.hparams.local_size, mode="bilinear", antialias=True,
                                         align_corners=False)
+        if self.hparams.objective == "contrastive":
+            student = torch.cat([self.student_head.mlp(embed(self.student, global_views)),
+                                 self.student_head.mlp(embed(self.student, local_views))])
+            loss = multicrop_contrastive_loss(student, n_views, self.hparams.student_temp)
+            stop_if_diverged(self, loss, f"--model.lr (now {self.hparams.lr:g})")
+            self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False)
+            return loss
         with torch.no_grad():
             self.model.eval()
             teacher = self.teacher_head(embed(self.model, global_views))
         student = torch.cat([self.student_head(embed(self.student, global_views)),
                              self.student_head(embed(self.student, local_views))])
         teacher_temp = self._teacher_temp()
-        loss = self_distillation_loss(student, teacher, self.center, n_views, n_global, self.hparams.student_temp,
-                                      teacher_temp)
+        if self.hparams.centering == "sinkhorn":
+            loss = distillation_cross_entropy(student, sinkhorn_targets(teacher, teacher_temp), n_views, n_global,
+                                              self.hparams.student_temp)
+        else:
+            loss = self_distillation_loss(student, teacher, self.center, n_views, n_global, self.hparams.student_temp,
+                                          teacher_temp)
+            self._update_center(teacher)
         stop_if_diverged(self, loss, f"--model.lr (now {self.hparams.lr:g})")
-        self._update_center(teacher)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False)
         self.log("train/teacher_temp", teacher_temp, on_step=True, on_epoch=False)
         return loss

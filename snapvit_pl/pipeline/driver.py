@@ -320,6 +320,7 @@ class Pipeline:
         scorer = self.settings.importance.scorer
         scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
         self.state.local = scorer.compute().allocated(self.settings.importance.allocation)
+        self.state.method["scorer"] = {**self.state.method.get("scorer", {}), **scorer.choices()}  # e.g. gram auto -> full
         self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
         self.state.peak_memory_mb["importance"] = round(self._importance["memory"].peak_mb(), 1)
         self._importance = None

@@ -78,6 +78,11 @@ def logged_metrics(report: dict[str, Any]) -> tuple[list[tuple[str, float, int]]
     return scalars, hparams
 
 
+def _gram(scorer: dict[str, Any]) -> str:
+    """`` (gram: full; auto: ...)`` for a scorer that resolved its Gram form, else nothing."""
+    return f" (gram: {scorer['gram_used']}; {scorer['gram_why']})" if scorer.get("gram_used") else ""
+
+
 def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = None) -> str:
     """``report.md``: settings, timings, the summary table and the figures."""
     timings = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in report["timings"].items())
@@ -87,7 +92,7 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
     method = report["method"].get("search") or {}
     lines = [
         f"# Pruning report: {report['model']['model_name']}", "",
-        f"- scorer: `{report['method'].get('scorer', {}).get('name', '?')}`",
+        f"- scorer: `{report['method'].get('scorer', {}).get('name', '?')}`" + _gram(report['method'].get('scorer', {})),
         (f"- search: `{method.get('optimizer', '?')}`, {search.get('evaluations', 0)} evaluations{fitness}"
          + (f" (stopped by {search['stopped_by']})" if search.get("stopped_by") == "max_time" else ""))
         if method.get("max_evaluations") else

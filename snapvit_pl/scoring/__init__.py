@@ -32,7 +32,8 @@ from typing import Any
 from .base import LocalScores, NonFiniteGradientError, Scorer, ScoringError, split_batch
 from .gradient import REDUCTIONS, GradientScorer, LabelFisher, SNIPMagnitude, SSLFisher, self_distillation_loss
 from .activation import FLAP, Activation, ActivationStatistics, WandaSP
-from .sensitivity import GaussNewtonGreedy, MaskGradientScorer, OutputSensitivity, SSLMaskFisher
+from .gauss_newton import GaussNewtonGreedy
+from .sensitivity import MaskGradientScorer, OutputSensitivity, SSLMaskFisher
 from .taylor import Taylor
 from .weights import LAMP, Magnitude, RandomScorer, lamp
 

@@ -28,11 +28,11 @@ import torch
 from torch import Tensor, nn
 
 from ..device import autocast_context
-from ..errors import CheckpointError, DataError
+from ..errors import DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import UnitGroup
-from .base import LocalScores, Scorer, ScoringError, SummedStatistics, model_device_dtype, split_batch, to_model
+from .base import LocalScores, ScoringError, SummedStatistics, model_device_dtype, split_batch, to_model
 
 #: The Linear whose input columns belong to the units of each kind.
 OUTPUT_LAYERS = {"heads": "proj", "neurons": "fc2"}

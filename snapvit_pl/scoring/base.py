@@ -179,6 +179,11 @@ class Scorer(ABC):
         :func:`snapvit_pl.pipeline.prepare_pruning_data`: ignored, except by a scorer whose normalisation counts
         batches (:class:`snapvit_pl.scoring.SNIPMagnitude`), so that it does not depend on how processes share them."""
 
+    def choices(self) -> dict[str, Any]:
+        """What the scorer chose for itself at :meth:`setup` (e.g. ``gram: auto`` resolved on the device), for the
+        run's record; empty for most scorers."""
+        return {}
+
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
         """Sum the accumulators over processes (call once, on every process, before ``compute``)."""
 

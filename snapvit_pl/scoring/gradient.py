@@ -28,19 +28,19 @@ from __future__ import annotations
 import copy
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Literal, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..device import autocast_context
-from ..errors import CheckpointError, DataError, UnsupportedModelError
+from ..errors import DataError, UnsupportedModelError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import UnitGroup
 from .base import (
-    LocalScores, NonFiniteGradientError, Rows, Scorer, ScoringError, SummedStatistics, grad_only, head_rows,
+    LocalScores, NonFiniteGradientError, Rows, ScoringError, SummedStatistics, grad_only, head_rows,
     model_device_dtype, neuron_rows, split_batch, to_model, unit_count, unit_mean, unit_sum,
 )
 

@@ -32,14 +32,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import CheckpointError, DataError
+from ..errors import DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
-from ..models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, UnitGroup
+from ..models.units import UnitGroup
 from ..ranges import NonNegativeInt, Seed, check_arguments
 from ..seeding import resolve_seed
 from .activation import output_layer
-from .base import LocalScores, Scorer, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model
+from .base import LocalScores, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model
 from .gradient import _SelfDistillation, self_distillation_loss
 
 
@@ -275,160 +275,3 @@ class SSLMaskFisher(_SelfDistillation, MaskGradientScorer):
             grads = torch.autograd.grad(loss, [masks[key] for key, _, _ in self._groups])
         sums = {key: g.double().square().sum(dim=0) for (key, _, _), g in zip(self._groups, grads)}
         return sums, B, float(loss.detach()) / B
-
-
-Gram = Literal["full", "block"]
-
-
-class GaussNewtonGreedy(OutputSensitivity):
-    """A nested removal order from the full Gauss-Newton model of the embedding drift (label-free).
-
-    :class:`OutputSensitivity` scores each unit by its own drift, as if units were removed one at a
-    time. Removing a *set* S of units drifts the normalised embedding by, to second order,
-    ``1/2 * 1_S^T G 1_S`` with ``G = E_n[g_n g_n^T]`` the Gram matrix of the per-sample mask gradients
-    ``g_n`` over all units (the Gauss-Newton Hessian of the drift with respect to the unit masks): units
-    whose contributions overlap cost more together than apart, units whose contributions cancel cost less.
-    This scorer accumulates ``G`` (random probes as :class:`OutputSensitivity`), then removes units
-    greedily, one at a time, each time the one that adds least drift per parameter
-    (``(G_uu + 2 sum_{v in S} G_uv) / params_u``, heads and neurons competing), never more of a block than its
-    minimum keep ratios allow. The scores are the removal order, scaled to (0, 1] (the first removed scores
-    lowest; the units no block may lose come last, by their diagonal ``G_uu``): every budget is still one
-    cut of one ranking per kind, and the ranking needs no block coefficients (cut it with coefficients 1:
-    ``search.max_evaluations: 0`` and ``search.initial_range: [1, 1]``).
-
-    ``gram="full"`` keeps the Gram of all units of all blocks (``U^2`` entries: 5.5M for the reference
-    ViT, 1.4G for ViT-B/16, so use a GPU with room); ``"block"`` only each block's own heads-and-neurons
-    Gram (cross-block terms dropped; ViT-B/16: 12 x 3084^2 = 114M entries).
-
-    The share of each block the greedy never removes is the importance settings' (``importance.min_mlp_keep`` /
-    ``min_head_keep``, which :class:`snapvit_pl.pipeline.ImportanceSettings` hands over through
-    :meth:`use_keep_ratios`); a scorer used alone protects :data:`snapvit_pl.models.units.MIN_MLP_KEEP` /
-    ``MIN_HEAD_KEEP``, as the ranking does by default.
-
-    Args:
-        probes: random Gaussian probes per sample (0: exact, one backward pass per embedding dimension).
-        gram: ``"full"`` or ``"block"``.
-        seed: seed of the probes (mixed with each sample's pixels); None: prune.py's ``seed_everything`` (0 from
-            Python).
-    """
-
-    name = "gn_greedy"
-    min_mlp_keep: float = MIN_MLP_KEEP
-    min_head_keep: float = MIN_HEAD_KEEP
-    _handed_over = ("min_mlp_keep", "min_head_keep")
-
-    def __init__(self, probes: NonNegativeInt = 8, gram: Gram = "full", seed: Optional[Seed] = None):
-        super().__init__(probes=probes, seed=seed)
-        if gram not in ("full", "block"):
-            raise ScoringError(f"gn_greedy: gram must be 'full' or 'block', got {gram!r}")
-        self.gram = gram
-
-    def use_keep_ratios(self, min_mlp_keep: float, min_head_keep: float) -> None:
-        """Never remove more of a block than these minimum keep ratios allow (the importance settings')."""
-        for name, value in (("min_mlp_keep", min_mlp_keep), ("min_head_keep", min_head_keep)):
-            if not 0.0 <= value <= 1.0:
-                raise ScoringError(f"gn_greedy: {name} must lie in [0, 1], got {value}")
-        self.min_mlp_keep, self.min_head_keep = float(min_mlp_keep), float(min_head_keep)
-
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
-        Scorer.setup(self, model, teacher)
-        self._device, self._dtype = model_device_dtype(model)
-        self._groups = [(f"{b.index}.{kind}", kind, getattr(b, kind)) for b in self.blocks for kind in ("heads", "neurons")]
-        for key, kind, group in self._groups:
-            output_layer(group, kind)
-        acc_dtype = torch.promote_types(self._dtype, torch.float32)
-        if self.gram == "full":
-            total = sum(g.num_units for _, _, g in self._groups)
-            self._acc = {"gram": torch.zeros(total, total, dtype=acc_dtype, device=self._device)}
-        else:
-            self._acc = {f"gram.{b.index}": torch.zeros(b.heads.num_units + b.neurons.num_units,
-                                                        b.heads.num_units + b.neurons.num_units,
-                                                        dtype=acc_dtype, device=self._device) for b in self.blocks}
-        self._start_counting()
-
-    def update(self, batch: Any) -> dict[str, float]:
-        self._require_setup()
-        self._follow_device()
-        images, _ = split_batch(batch)
-        if images.dim() == 5:
-            images = images.flatten(0, 1)
-        with eval_mode(self.model), grad_only(self.model, []):
-            images = to_model(images, self._device, self._dtype)
-            finite = torch.ones((), dtype=torch.bool, device=self._device)
-            for grads in self._probe_gradients(images):
-                finite &= torch.stack([torch.isfinite(g).all() for g in grads]).all()
-                if self.gram == "full":
-                    g = torch.cat(grads, dim=1).to(self._acc["gram"].dtype)
-                    self._acc["gram"].addmm_(g.T, g)
-                else:
-                    for b in self.blocks:
-                        g = torch.cat([grads[2 * b.index], grads[2 * b.index + 1]], dim=1)
-                        gram = self._acc[f"gram.{b.index}"]
-                        gram.addmm_(g.T.to(gram.dtype), g.to(gram.dtype))
-            if not bool(finite):  # one check per batch
-                raise DataError(f"{self.name}: non-finite mask gradients (batch {self._batches + 1}); check the images")
-        self._batches += 1
-        self._samples += images.shape[0]
-        return {}
-
-    def _unit_params(self) -> Tensor:
-        from ..models.units import iter_slots
-
-        costs = []
-        for _, _, group in self._groups:
-            owned = sum(t.numel() for _, t in iter_slots(group) if isinstance(t, nn.Parameter))
-            costs.append(torch.full((group.num_units,), owned / group.num_units, dtype=torch.float64))
-        return torch.cat(costs)
-
-    @torch.no_grad()
-    def compute(self) -> LocalScores:
-        self._require_setup()
-        if self._samples == 0:
-            raise DataError(f"{self.name} saw no batches: feed the scoring data through update() before compute()")
-        from ..models.units import min_kept
-
-        sizes = [g.num_units for _, _, g in self._groups]
-        total = sum(sizes)
-        owner = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
-        offsets = [0]
-        for n in sizes:
-            offsets.append(offsets[-1] + n)
-        scale = self._samples * self._probe_scale()
-        device = self._device
-        grams = {k: v / scale for k, v in self._acc.items()}  # on the accumulators' device and dtype
-        dtype = next(iter(grams.values())).dtype
-        if self.gram == "full":
-            diag = grams["gram"].diagonal().clone()
-            rows = lambda u: (slice(0, total), grams["gram"][u])  # noqa: E731 (symmetric: a row is a column)
-        else:
-            diag = torch.cat([grams[f"gram.{b.index}"].diagonal() for b in self.blocks])
-            block_of = owner // 2
-
-            def rows(u: int) -> tuple[slice, Tensor]:
-                b = int(block_of[u])
-                lo = offsets[2 * b]
-                return slice(lo, offsets[2 * b + 2]), grams[f"gram.{b}"][u - lo]
-        keep = [min_kept(g.num_units, self.min_head_keep if kind == "heads" else self.min_mlp_keep)
-                for _, kind, g in self._groups]
-        removable = torch.tensor([n - k for n, k in zip(sizes, keep)], device=device)
-        owner = owner.to(device)
-        cost = self._unit_params().to(device=device, dtype=dtype)
-        cross = torch.zeros(total, dtype=dtype, device=device)
-        alive = torch.ones(total, dtype=torch.bool, device=device)
-        position = torch.zeros(total, dtype=torch.float64)
-        inf = torch.tensor(float("inf"), dtype=dtype, device=device)
-        for step in range(int(removable.sum())):
-            delta = torch.where(alive & (removable[owner] > 0), (diag + 2 * cross) / cost, inf)
-            u = int(torch.argmin(delta))
-            position[u] = step + 1
-            alive[u] = False
-            removable[owner[u]] -= 1
-            where, row = rows(u)
-            cross[where] += row
-        alive, diag = alive.cpu(), diag.double().cpu()
-        rest = alive.nonzero().flatten()
-        rest = rest[torch.argsort(diag[rest], stable=True)]
-        position[rest] = torch.arange(len(rest), dtype=torch.float64) + (total - len(rest)) + 1
-        scores = (position / total).float()
-        parts = [scores[offsets[i]:offsets[i + 1]] for i in range(len(sizes))]
-        return LocalScores(parts[0::2], parts[1::2])

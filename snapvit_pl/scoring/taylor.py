@@ -6,17 +6,17 @@ CVPR 2019): a unit's importance is ``sum |w * dL/dw|`` over every weight that is
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Literal, Optional
 
 import torch
 from torch import Tensor, nn
 
 from ..device import autocast_context
-from ..errors import CheckpointError, DataError
+from ..errors import DataError
 from ..models.modes import eval_mode
 from ..models.units import Slot, UnitGroup, iter_slots
 from .base import (
-    LocalScores, NonFiniteGradientError, Scorer, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model,
+    LocalScores, NonFiniteGradientError, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model,
 )
 from .gradient import _SelfDistillation
 

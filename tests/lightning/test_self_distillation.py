@@ -62,6 +62,42 @@ def test_a_step_trains_the_student_and_the_teacher_follows_by_ema():
         torch.testing.assert_close(teacher, momentum * before + (1 - momentum) * student)
 
 
+def test_sinkhorn_targets_are_distributions_that_share_the_prototypes_evenly():
+    from snapvit_pl.lightning.self_distillation import sinkhorn_targets
+
+    teacher = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+    targets = sinkhorn_targets(teacher, 0.1, iterations=50)
+    torch.testing.assert_close(targets.sum(dim=1), torch.ones(64))  # one distribution per sample
+    torch.testing.assert_close(targets.sum(dim=0), torch.full((8,), 64 / 8), rtol=1e-3, atol=1e-3)  # equal shares
+    module = _module(centering="sinkhorn")
+    loss = module.training_step(torch.randn(4, 4, 1, 28, 28), 0)
+    assert torch.isfinite(loss) and module.center.abs().sum() == 0  # the running centre is not used
+
+
+def test_the_contrastive_objective_pulls_the_views_of_one_image_together():
+    from snapvit_pl.lightning.self_distillation import multicrop_contrastive_loss
+
+    views, batch = 3, 4
+    z = torch.randn(batch, 16, generator=torch.Generator().manual_seed(1))
+    aligned = multicrop_contrastive_loss(z.repeat(views, 1), views, 0.2)  # every view of an image the same
+    shuffled = multicrop_contrastive_loss(z.repeat(views, 1)[torch.randperm(views * batch)], views, 0.2)
+    assert aligned < shuffled
+    # by hand: anchor 0's positives are the other views of image 0 (rows 4 and 8)
+    e = F.normalize(torch.randn(views * batch, 16, generator=torch.Generator().manual_seed(2)), dim=-1)
+    logits = (e @ e.T / 0.2).fill_diagonal_(float("-inf"))
+    log_p = F.log_softmax(logits, dim=1)
+    by_hand = torch.stack([-log_p[a, [b for b in range(views * batch) if b % batch == a % batch and b != a]].mean()
+                           for a in range(views * batch)]).mean()
+    torch.testing.assert_close(multicrop_contrastive_loss(e, views, 0.2), by_hand)
+    module = _module(objective="contrastive", student_temp=0.2)
+    loss = module.training_step(torch.randn(4, 4, 1, 28, 28), 0)
+    loss.backward()
+    assert module.student.blocks[0].attn.qkv.weight.grad is not None
+    assert not any(p.requires_grad for p in module.student_head.last_layer.parameters())  # prototypes unused
+    with pytest.raises(ConfigError, match="objective"):
+        _module(objective="byol")
+
+
 def test_batches_must_be_multicrop_and_the_backbone_headless():
     module = _module()
     with pytest.raises(ConfigError, match="train_views: multicrop"):

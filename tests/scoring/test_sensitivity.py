@@ -128,19 +128,23 @@ def exact_gram(model, x):
     return gram / len(x), [m.numel() for m in leaves]
 
 
-def naive_greedy(gram, sizes, costs, keep):
-    """Remove, one at a time, the unit adding least drift per parameter; the protected last by their diagonal."""
+def naive_greedy(gram, sizes, costs, keep, per_step=1):
+    """Remove, ``per_step`` at a time, the units adding least drift per parameter (at most what each group may
+    lose); the protected last by their diagonal."""
     owner = [i for i, n in enumerate(sizes) for _ in range(n)]
     left = [n - k for n, k in zip(sizes, keep)]
-    removed, order = [], []
+    removed = []
     alive = list(range(len(owner)))
     costs = torch.tensor(costs, dtype=torch.float64)
     while any(left[owner[u]] > 0 for u in alive):
         added = (gram.diagonal() + 2 * gram[:, removed].sum(dim=1)) / costs  # drift added by each unit, per parameter
-        best = min((u for u in alive if left[owner[u]] > 0), key=lambda u: (float(added[u]), u))
-        removed.append(best)
-        alive.remove(best)
-        left[owner[best]] -= 1
+        chunk = []
+        for u in sorted((u for u in alive if left[owner[u]] > 0), key=lambda u: (float(added[u]), u)):
+            if len(chunk) < per_step and left[owner[u]] > 0:
+                chunk.append(u)
+                left[owner[u]] -= 1
+        removed += chunk
+        alive = [u for u in alive if u not in chunk]
     order = removed + sorted(alive, key=lambda u: (float(gram[u, u]), u))
     score = torch.zeros(len(owner))
     for position, u in enumerate(order):
@@ -148,32 +152,87 @@ def naive_greedy(gram, sizes, costs, keep):
     return score
 
 
-@pytest.mark.parametrize("gram_kind", ["full", "block"])
-@pytest.mark.parametrize("family", ["dino_vit", "vit_swiglu"])
-def test_gn_greedy_matches_naive_gram_and_greedy(family, gram_kind):
+def greedy_setup(family, seed=6):
     from snapvit_pl.elastic.ranking import min_kept
     from snapvit_pl.models import prunable_blocks
     from snapvit_pl.models.units import iter_slots
-    from snapvit_pl.scoring import GaussNewtonGreedy
 
     model = build(family).double().eval()
-    x = torch.randn(3, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    x = torch.randn(3, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     gram, sizes = exact_gram(model, x)
-    if gram_kind == "block":
-        edges = torch.tensor([0] + sizes).cumsum(0)
-        mask = torch.zeros_like(gram, dtype=torch.bool)
-        for b in range(len(sizes) // 2):
-            mask[edges[2 * b]:edges[2 * b + 2], edges[2 * b]:edges[2 * b + 2]] = True
-        gram = torch.where(mask, gram, torch.zeros_like(gram))
     costs, keep = [], []
     for block in prunable_blocks(model):
         for group, ratio in ((block.heads, 0.2), (block.neurons, 0.05)):
             owned = sum(t.numel() for _, t in iter_slots(group) if isinstance(t, torch.nn.Parameter))
             costs += [owned / group.num_units] * group.num_units
             keep.append(min_kept(group.num_units, ratio))
+    return model, x, gram, sizes, costs, keep
+
+
+def flat(scores):
+    return torch.cat([t for pair in zip(scores.heads, scores.neurons) for t in pair])
+
+
+@pytest.mark.parametrize("gram_kind", ["full", "block"])
+@pytest.mark.parametrize("family", ["dino_vit", "vit_swiglu"])
+def test_gn_greedy_matches_naive_gram_and_greedy(family, gram_kind):
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    model, x, gram, sizes, costs, keep = greedy_setup(family)
+    if gram_kind == "block":
+        edges = torch.tensor([0] + sizes).cumsum(0)
+        mask = torch.zeros_like(gram, dtype=torch.bool)
+        for b in range(len(sizes) // 2):
+            mask[edges[2 * b]:edges[2 * b + 2], edges[2 * b]:edges[2 * b + 2]] = True
+        gram = torch.where(mask, gram, torch.zeros_like(gram))
     expected = naive_greedy(gram, sizes, costs, keep)
     got = scores_of(GaussNewtonGreedy(probes=0, gram=gram_kind), model, list(x.split([2, 1])))
-    torch.testing.assert_close(torch.cat([t for pair in zip(got.heads, got.neurons) for t in pair]), expected)
+    torch.testing.assert_close(flat(got), expected)
+
+
+@pytest.mark.parametrize("max_steps", [2, 7])
+def test_gn_greedy_in_chunks_removes_the_lowest_increments_of_each_step(max_steps):
+    """Above ``max_steps`` removable units, each step removes the ``ceil(removable / max_steps)`` lowest increments
+    (at most what each group may lose), exactly as the one-at-a-time greedy would pick them from that state."""
+    import math
+
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    model, x, gram, sizes, costs, keep = greedy_setup("dino_vit")
+    per_step = math.ceil(sum(n - k for n, k in zip(sizes, keep)) / max_steps)
+    expected = naive_greedy(gram, sizes, costs, keep, per_step=per_step)
+    got = scores_of(GaussNewtonGreedy(probes=0, gram="full", max_steps=max_steps), model, [x])
+    torch.testing.assert_close(flat(got), expected)
+
+
+def test_gn_greedy_low_rank_at_full_rank_is_the_full_gram():
+    """The Nystrom approximation ``Y (Omega^T Y)^+ Y^T`` with ``Y = G Omega`` is ``G`` itself when ``Omega`` has as
+    many columns as there are units; at lower rank it is another, still nested order."""
+    from snapvit_pl.models import prunable_blocks
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    model, x = build("dino_vit").double().eval(), views(4, seed=3)[:, 0].double()
+    units = sum(b.heads.num_units + b.neurons.num_units for b in prunable_blocks(model))
+    full = scores_of(GaussNewtonGreedy(probes=0, gram="full"), model, [x])
+    low = scores_of(GaussNewtonGreedy(probes=0, gram="lowrank", rank=units), model, [x])
+    torch.testing.assert_close(flat(low), flat(full))
+    smaller = GaussNewtonGreedy(probes=0, gram="lowrank", rank=4)
+    scores = flat(scores_of(smaller, model, [x]))
+    assert smaller.resolved == ("lowrank", "as configured")
+    assert sorted((scores * len(scores)).round().long().tolist()) == list(range(1, len(scores) + 1))
+
+
+def test_gn_greedy_auto_keeps_the_full_gram_where_it_fits(monkeypatch):
+    from snapvit_pl.scoring import GaussNewtonGreedy, gauss_newton
+
+    model, x = build("dino_vit").double().eval(), views(2)[:, 0].double()
+    scorer = GaussNewtonGreedy(probes=1)
+    scorer.setup(model)
+    assert scorer.resolved[0] == "full" and "within" in scorer.resolved[1]
+    monkeypatch.setattr(gauss_newton, "FULL_GRAM_CPU_BYTES", 1000)
+    scorer.setup(model)
+    assert scorer.resolved[0] == "lowrank" and "over" in scorer.resolved[1]
+    assert set(scorer.state_dict()["accumulators"]) == {f"gram.{b}" for b in range(2)} | {"sketch"}
 
 
 def test_gn_greedy_shards_and_protection():
@@ -209,7 +268,7 @@ def test_gn_greedy_takes_its_floors_from_the_importance_settings():
     with pytest.raises(TypeError):
         GaussNewtonGreedy(min_mlp_keep=0.05)  # no second knob
     scorer = ImportanceSettings(GaussNewtonGreedy(probes=1), min_mlp_keep=0.5, min_head_keep=0.5).scorer
-    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "seed"}
+    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "rank", "max_steps", "seed"}
     clone = pickle.loads(pickle.dumps(scorer))
     assert (clone.min_mlp_keep, clone.min_head_keep) == (0.5, 0.5)
     model, x = build("dino_vit").double(), views(4)[:, 0].double()
