@@ -33,6 +33,7 @@ MODELS = {
     "dev_p7": ROOT / "assets" / "dev_vit_fmnist_p7",
     "clutter": ROOT / "assets" / "clutter_vit_fmnist",  # cluttered canvases: pruning hurts (docs/development_models.md)
     "dino": ROOT / "assets" / "dino_vit_fmnist",  # self-supervised (DINO), no classifier
+    "ssl_clutter": ROOT / "assets" / "ssl_clutter_vit",  # self-supervised on the cluttered canvases: pruning hurts
 }
 
 
@@ -56,7 +57,7 @@ _STAGE_SETTINGS = ("importance", "search", "export", "correction", "evaluation",
 
 
 #: The data a development model was trained on, when it is not the demo config's plain Fashion-MNIST.
-MODEL_DATA = {"clutter": ["--data.init_args.source=fashion_mnist_clutter"]}
+MODEL_DATA = {name: ["--data.init_args.source=fashion_mnist_clutter"] for name in ("clutter", "ssl_clutter")}
 
 
 def model_overrides(name: str) -> list[str]:

@@ -12,8 +12,9 @@ and ``--search.seed`` do. Each method's scores are cut at the parameter count of
 the same fitness on its own scores (``export.split: fitness``, what ``prune.py`` does); ``--cut pairs``
 is the ablation that cuts the pairs as given (the fixed schedule). Methods:
 
-- ``ours``: the default ``prune.py`` run (the config's scorer, :class:`OutputSensitivity`, and its search
-  settings: no coefficient search);
+- ``ours``: the default ``prune.py`` run (the config's scorer, :class:`GaussNewtonGreedy`, and its search
+  settings: no coefficient search); ``sensitivity``: the per-unit :class:`OutputSensitivity` (4 probes), the default
+  before issue 38;
 - ``snapvit``: SnapViT's own recipe, ``configs/prune/snapvit.yaml``: SSL-Fisher scores and the paper's xNES
   (``SearchSettings.paper()``); ``ssl_fisher_snes``: the same scores with this project's SNES
   (``SearchSettings.snes()``); ``ssl_fisher``: the same scores, no search;
@@ -82,6 +83,7 @@ class Method:
 
 METHODS = {
     "ours": Method(None, "config"),  # the config's scorer and search: what python prune.py does
+    "sensitivity": Method("sensitivity"),  # the per-unit Gauss-Newton sensitivity: the default before issue 38
     "snapvit": Method("ssl_fisher", "paper"), "ssl_fisher_snes": Method("ssl_fisher", "snes"),
     "ssl_fisher": Method("ssl_fisher"), "label_fisher": Method("label_fisher"),
     "snip_magnitude": Method("snip_magnitude"), "taylor": Method("taylor"),
@@ -92,7 +94,7 @@ METHODS = {
     "random": Method("random"),
 }
 #: the methods of a full run (``--methods`` for the others)
-DEFAULT_METHODS = ("ours", "snapvit", "ssl_fisher_snes", "ssl_fisher", "label_fisher", "snip_magnitude", "taylor",
+DEFAULT_METHODS = ("ours", "sensitivity", "snapvit", "ssl_fisher_snes", "ssl_fisher", "label_fisher", "snip_magnitude", "taylor",
                    "activation", "activation_uniform", "wanda_sp", "wanda_sp_uniform", "flap", "flap_standardized")
 REPORTED = [("head_top1", "own-head top-1"), ("linear_top1", "linear-probe top-1"), ("knn_top1", "k-NN top-1")]
 DEFAULT_METHOD = "ours"  # what python prune.py does (drawn bold)

@@ -77,7 +77,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# The Gauss-Newton greedy at full size: ViT-B/16 on one CPU thread", "",
         f"`python benchmarks/gn_cost.py`, {m['date']}, {m['cpu']}, {m['torch_threads']} torch thread, torch "
-        f"{m['torch']}. `{rows[0]['model']}` with random weights ({rows[0]['units']:,} units: {rows[0]['blocks']} "
+        f"{m['torch']}, load average {m['load_average_1m_at_end']:.1f} at the end (other jobs on this 2-core machine "
+        "slow every row alike). "
+        f"`{rows[0]['model']}` with random weights ({rows[0]['units']:,} units: {rows[0]['blocks']} "
         f"blocks of {rows[0]['heads']} heads and {rows[0]['neurons']} MLP neurons), {rows[0]['images']} synthetic images in batches of {BATCH}, 4 probes each; every scorer in a fresh "
         "process. *Pass*: the importance pass (CPU seconds per image); *order*: `compute()` once at the end (the "
         f"greedy's removal order); *per image at {RUN_IMAGES}*: the pass plus the order spread over a "

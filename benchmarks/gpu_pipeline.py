@@ -7,8 +7,8 @@ against its floor, the pruned models' throughput, every stage against its floor 
 
 Random weights and synthetic images (the timing does not depend on them). Every stage runs through the driver
 ``prune.py`` runs (:class:`snapvit_pl.pipeline.Pipeline`: importance over ``--images`` images with the default
-scorer (``--scorer``; output sensitivity: one forward and 4 probe backward passes per image; SSL-Fisher: 12
-multi-crop views per image), the optional coefficient search (the shorter of ``--evaluations``; the default run
+scorer (``--scorer``; the Gauss-Newton greedy: one forward and 4 probe backward passes per image and the Gram of
+the mask gradients; SSL-Fisher: 12 multi-crop views per image), the optional coefficient search (the shorter of ``--evaluations``; the default run
 has none, SnapViT's SSL-Fisher needs it), the head/MLP splits of the default grid and a FLOPs budget, the export
 of the paper's six pairs), so stage times and peak memory (CUDA max
 allocated on a GPU, process peak RSS on CPU) are what a run records in report.json. Then: the search continued

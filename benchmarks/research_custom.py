@@ -364,8 +364,9 @@ class PredictionSensitivity(_PredictionTarget, OutputSensitivity):
 class PredictionGaussNewtonGreedy(_PredictionTarget, GaussNewtonGreedy):
     """:class:`GaussNewtonGreedy` whose drift is measured on ``target`` (see :class:`PredictionSensitivity`)."""
 
-    def __init__(self, probes: int = 8, gram: str = "full", seed: int = 0, target: str = "predictions"):
-        super().__init__(probes=probes, gram=gram, seed=seed)
+    def __init__(self, probes: int = 8, gram: str = "full", seed: int = 0, target: str = "predictions",
+                 cross_weight: float = 1.0):  # (measured before the default shrank the interaction terms)
+        super().__init__(probes=probes, gram=gram, seed=seed, cross_weight=cross_weight)
         if target not in ("normalized", "raw", "predictions"):
             raise ScoringError(f"gn_greedy: target must be 'normalized', 'raw' or 'predictions', got {target!r}")
         self.target = target

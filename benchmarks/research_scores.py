@@ -152,8 +152,8 @@ VARIANTS: dict[str, Variant] = {
     "sens4_none_split": Variant("sensitivity", {"probes": 4}, views="plain", coefficients="none"),
     "sens2_none_split": Variant("sensitivity", {"probes": 2}, views="plain", coefficients="none"),
     "gram_none_split": Variant("gram_greedy", coefficients="none"),
-    "gn_greedy_split": Variant("gn_greedy", {"probes": 8, "gram": "full"}, views="plain", coefficients="none"),
-    "gn_greedy_block_split": Variant("gn_greedy", {"probes": 8, "gram": "block"}, views="plain", coefficients="none"),
+    "gn_greedy_split": Variant("gn_greedy", {"probes": 8, "gram": "full", "cross_weight": 1.0}, views="plain", coefficients="none"),
+    "gn_greedy_block_split": Variant("gn_greedy", {"probes": 8, "gram": "block", "cross_weight": 1.0}, views="plain", coefficients="none"),
     "sens_pred_none_split": Variant("sensitivity", {"target": "predictions"}, views="plain", coefficients="none"),
     "gn_pred_split": Variant("gn_greedy", {"target": "predictions"}, views="plain", coefficients="none"),
     "gram_bd_none_split": Variant("gram_greedy", {"block_diagonal": True}, coefficients="none"),
@@ -169,12 +169,18 @@ VARIANTS: dict[str, Variant] = {
     # issue 38: the Gauss-Newton greedy with today's probe count, exact (full Gram) and its scalable forms: the
     # block-diagonal Gram, the Nystrom low-rank cross-block terms at several ranks, and the greedy in chunks of the
     # size ViT-B/16's 35,000 removable units take with 4096 steps (about 9 units per step: 256 steps here)
-    "gn4_full": Variant("gn_greedy", {"probes": 4, "gram": "full"}, views="plain", coefficients="none"),
-    "gn4_block": Variant("gn_greedy", {"probes": 4, "gram": "block"}, views="plain", coefficients="none"),
-    **{f"gn4_lowrank{r}": Variant("gn_greedy", {"probes": 4, "gram": "lowrank", "rank": r}, views="plain",
+    "gn4_full": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 1.0}, views="plain", coefficients="none"),
+    "gn4_block": Variant("gn_greedy", {"probes": 4, "gram": "block", "cross_weight": 1.0}, views="plain", coefficients="none"),
+    **{f"gn4_lowrank{r}": Variant("gn_greedy", {"probes": 4, "gram": "lowrank", "rank": r, "cross_weight": 1.0}, views="plain",
                                   coefficients="none") for r in (32, 128, 512)},
-    "gn4_steps256": Variant("gn_greedy", {"probes": 4, "gram": "full", "max_steps": 256}, views="plain",
+    "gn4_steps256": Variant("gn_greedy", {"probes": 4, "gram": "full", "max_steps": 256, "cross_weight": 1.0}, views="plain",
                             coefficients="none"),
+    # exact Jacobians (one backward pass per embedding dimension: no probe noise), and 16 probes
+    "gn0_full": Variant("gn_greedy", {"probes": 0, "gram": "full", "cross_weight": 1.0}, views="plain", coefficients="none"),
+    "gn16_full": Variant("gn_greedy", {"probes": 16, "gram": "full", "cross_weight": 1.0}, views="plain", coefficients="none"),
+    # the interaction terms' weight: 0 (each unit's own drift per parameter, no interactions), 0.5 (shrunk)
+    **{f"gn4_cw{str(w).replace('.', '')}": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": w},
+                                                  views="plain", coefficients="none") for w in (0.0, 0.5)},
     "sens_none_split_f1000": Variant("sensitivity", views="plain", coefficients="none",
                                      fitness={"num_images": 1000, "pca_components": 192}),
 }

@@ -55,7 +55,7 @@ def fit_elastic(
             expects (multi-crop views are made from them for the self-supervised scorers), multi-crop
             views ``[B, V, C, H, W]`` (e.g. ``datamodule.unlabeled_dataloader(views="multicrop")``), or
             ``(images, labels)`` pairs for label-based scorers.
-        scorer: the local score (default :class:`snapvit_pl.scoring.OutputSensitivity`, label-free); a shortcut for
+        scorer: the local score (default :class:`snapvit_pl.scoring.GaussNewtonGreedy`, label-free); a shortcut for
             ``importance=ImportanceSettings(scorer)``.
         importance: the scorer and the keep ratios (:class:`snapvit_pl.pipeline.ImportanceSettings`).
         search: search settings (default :class:`snapvit_pl.SearchSettings`).
@@ -75,7 +75,7 @@ def fit_elastic(
         raise ConfigError(f"loader must be an iterable of image batches (e.g. a DataLoader), got "
                           f"{type(loader).__name__}; e.g. datamodule.unlabeled_dataloader(views='multicrop')")
     if scorer is not None and not isinstance(scorer, Scorer):
-        raise ConfigError(f"scorer must be a snapvit_pl.scoring.Scorer (e.g. OutputSensitivity()), got "
+        raise ConfigError(f"scorer must be a snapvit_pl.scoring.Scorer (e.g. GaussNewtonGreedy()), got "
                           f"{type(scorer).__name__}")
     if scorer is not None and importance is not None:
         raise ConfigError("give the scorer either as scorer= or inside importance=, not both")

@@ -209,7 +209,7 @@ def render_options(parser: Any) -> dict[str, Any]:
     the option list as text, every option key, and the code's defaults of the first screen's options."""
     from ..data import ClassificationDataModule
     from ..ranges import bounds
-    from ..scoring import OutputSensitivity
+    from ..scoring import DEFAULT_SCORER
 
     lines: list[str] = []
     keys: list[str] = []
@@ -231,8 +231,8 @@ def render_options(parser: Any) -> dict[str, Any]:
             lines += _entry(action.dest, getattr(action, "_typehint", None), action.default,
                             {"seed_everything": SEED_HELP, "config": CONFIG_HELP}.get(action.dest, action.help))
             if action.dest == "importance.scorer":
-                lines += [f"    {OutputSensitivity.__name__}'s arguments (--importance.scorer.help CLASS: another's):"]
-                lines += _class_entries(OutputSensitivity, "importance.scorer.init_args")
+                lines += [f"    {DEFAULT_SCORER.__name__}'s arguments (--importance.scorer.help CLASS: another's):"]
+                lines += _class_entries(DEFAULT_SCORER, "importance.scorer.init_args")
             if action.dest == "data":
                 lines += [f"    {ClassificationDataModule.__name__}'s arguments (--data.help CLASS: another's):"]
                 lines += _class_entries(ClassificationDataModule, "data.init_args", skip=("model_name",))

@@ -19,7 +19,7 @@ from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from ..errors import ConfigError
 from ..ranges import ClosedUnitInterval, HalfOpenUnitInterval, OpenUnitInterval, PositiveInt, check_fields
 from ..eval.suite import EvaluationSettings
-from ..scoring import OutputSensitivity, Scorer
+from ..scoring import DEFAULT_SCORER, Scorer
 from ..scoring.base import ALLOCATIONS, Allocation
 from ..search.settings import SearchSettings
 from .resume import CONFIG_FILE, RESUME_FILE
@@ -38,7 +38,8 @@ class ImportanceSettings:
     """Which local score, how blocks are compared, and how much of each block is protected from pruning.
 
     Args:
-        scorer: any :class:`snapvit_pl.scoring.Scorer` (default ``OutputSensitivity()``, label-free).
+        scorer: any :class:`snapvit_pl.scoring.Scorer` (default :data:`snapvit_pl.scoring.DEFAULT_SCORER`, the
+            label-free ``GaussNewtonGreedy()``).
         allocation: how the scores of different blocks are compared by the global ranking: ``global`` (as they are,
             the default), ``uniform`` (each block loses the same share: Minitron's and Wanda-sp's published
             allocation) or ``standardized`` (per-block z-scores: FLAP's); see ``LocalScores.allocated``.
@@ -56,7 +57,7 @@ class ImportanceSettings:
 
     def __post_init__(self) -> None:
         if self.scorer is None:
-            self.scorer = OutputSensitivity()
+            self.scorer = DEFAULT_SCORER()
         if self.allocation not in ALLOCATIONS:
             raise ConfigError(f"importance.allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
         check_fields(self, "importance")

@@ -17,7 +17,7 @@ What it costs (``benchmarks/results/split_choice.md`` measures it against trying
   still win; candidates with the same kept units are evaluated once;
 - a budget asked for races its whole window of ``split_candidates`` head ratios from ``export.split_images`` images;
   a grid point (a split recorded for later budgets) races its whole window from ``MIN_IMAGES`` images;
-- where the scores are the default output sensitivity, a grid point starts from the split chosen nearest to it and
+- where the scores are the per-unit output sensitivity, a grid point starts from the split chosen nearest to it and
   follows the first-order estimate of the drift (half the removed units' scores) down to its minimum; where that
   estimate is below :data:`FIRST_ORDER_DRIFT`, the first-order choice only has to lead its two neighbours on
   ``MIN_IMAGES`` images (else the whole window is raced);
@@ -163,7 +163,7 @@ class _Point:
 
 
 def first_order_valid(scores: ElasticScores) -> bool:
-    """Whether the scores estimate the drift itself: the default output sensitivity (of the normalised embedding, not
+    """Whether the scores estimate the drift itself: the per-unit output sensitivity (of the normalised embedding, not
     centred) with every coefficient 1. Then half the sum of the scores a sub-network removes is a first-order estimate
     of its drift ``1 - cos`` (docs/method.md)."""
     scorer = scores.settings.get("scorer") or {}

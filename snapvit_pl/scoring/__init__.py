@@ -3,7 +3,7 @@
 =================  =================================  ======  ======  =========================
 name               class                              data    labels  notes
 =================  =================================  ======  ======  =========================
-``sensitivity``    :class:`OutputSensitivity` (default) yes   no      Gauss-Newton drift of the embedding
+``sensitivity``    :class:`OutputSensitivity`         yes     no      Gauss-Newton drift of the embedding
 ``ssl_fisher``     :class:`SSLFisher`                 yes     no      multi-crop views, teacher (SnapViT)
 ``label_fisher``   :class:`LabelFisher`               yes     yes     needs a classifier head
 ``snip_magnitude`` :class:`SNIPMagnitude`             yes     no      multi-crop views, teacher
@@ -15,14 +15,15 @@ name               class                              data    labels  notes
 ``flap``           :class:`FLAP`                      yes     no      forward only (FLAP)
 ``taylor``         :class:`Taylor`                    yes     no      multi-crop views, teacher (Torch-Pruning)
 ``ssl_mask_fisher`` :class:`SSLMaskFisher`            yes     no      per-sample mask Fisher, teacher
-``gn_greedy``      :class:`GaussNewtonGreedy`         yes     no      greedy order under the GN drift
+``gn_greedy``      :class:`GaussNewtonGreedy` (default) yes   no      greedy order under the GN drift
 =================  =================================  ======  ======  =========================
 
 All share :class:`Scorer`'s ``setup / update / reduce / compute`` interface and return
 :class:`LocalScores`; a YAML picks one by ``class_path`` (e.g. ``snapvit_pl.scoring.SSLFisher``),
-code by :func:`build_scorer`. The pipeline's default is ``sensitivity``: calibrated across blocks
-(its unit is the fitness's embedding drift), it needs no coefficient search (docs/method.md, "The
-default score"). SnapViT's own score is ``ssl_fisher`` with ``reduction="squared_sum"`` (the reference
+code by :func:`build_scorer`. The pipeline's default, :data:`DEFAULT_SCORER`, is ``gn_greedy``: the
+removal order under the Gauss-Newton model of the embedding drift over all units of all blocks, so the
+cross-block interactions that SnapViT searches coefficients for are computed, and no search is needed
+(docs/method.md, "The default score"). SnapViT's own score is ``ssl_fisher`` with ``reduction="squared_sum"`` (the reference
 implementation's choice, invariant to batching and DDP sharding; see :mod:`snapvit_pl.scoring.gradient`).
 """
 from __future__ import annotations
@@ -37,13 +38,16 @@ from .sensitivity import MaskGradientScorer, OutputSensitivity, SSLMaskFisher
 from .taylor import Taylor
 from .weights import LAMP, Magnitude, RandomScorer, lamp
 
+#: The pipeline's scorer when none is given (``ImportanceSettings()``, ``fit_elastic``, the presets): one definition.
+DEFAULT_SCORER: type[Scorer] = GaussNewtonGreedy
+
 SCORERS: dict[str, type[Scorer]] = {
     cls.name: cls for cls in (OutputSensitivity, SSLFisher, LabelFisher, SNIPMagnitude, Magnitude, LAMP, RandomScorer,
                               Activation, WandaSP, FLAP, Taylor, SSLMaskFisher, GaussNewtonGreedy)
 }
 
 
-def build_scorer(name: str = "sensitivity", **kwargs: Any) -> Scorer:
+def build_scorer(name: str = DEFAULT_SCORER.name, **kwargs: Any) -> Scorer:
     """A scorer by name, e.g. ``build_scorer("ssl_fisher", reduction="fisher")``.
 
     Raises:
@@ -55,7 +59,7 @@ def build_scorer(name: str = "sensitivity", **kwargs: Any) -> Scorer:
 
 
 __all__ = [
-    "Activation", "ActivationStatistics", "FLAP", "GaussNewtonGreedy", "MaskGradientScorer", "OutputSensitivity",
+    "Activation", "ActivationStatistics", "DEFAULT_SCORER", "FLAP", "GaussNewtonGreedy", "MaskGradientScorer", "OutputSensitivity",
     "SSLMaskFisher", "Taylor", "WandaSP", "GradientScorer", "LAMP", "LabelFisher", "LocalScores", "Magnitude", "NonFiniteGradientError", "REDUCTIONS",
     "RandomScorer", "SCORERS", "SNIPMagnitude", "SSLFisher", "Scorer", "ScoringError", "build_scorer", "lamp",
     "self_distillation_loss", "split_batch",

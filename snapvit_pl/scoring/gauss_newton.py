@@ -5,7 +5,9 @@ Removing a *set* S of units drifts the L2-normalised embedding by, to second ord
 mask gradients ``g_n`` (:class:`snapvit_pl.scoring.OutputSensitivity`'s, one row per sample and probe). Units whose
 contributions overlap cost more together than apart, units whose contributions cancel cost less: the cross-block
 interactions that SnapViT searches for with an evolution strategy, computed instead. The greedy removes the unit
-that adds least drift per parameter, ``(G_uu + 2 sum_{v in S} G_uv) / params_u``, one step at a time.
+that adds least drift per parameter, ``(G_uu + 2 w sum_{v in S} G_uv) / params_u``, one step at a time; the
+interaction terms are shrunk by ``w`` (:data:`DEFAULT_CROSS_WEIGHT`), since their estimate from N images x K probes
+is noisy and the second-order model is least accurate at deep cuts.
 
 How ``G`` is held (``gram``):
 
@@ -35,7 +37,7 @@ from torch import Tensor, nn
 from ..errors import DataError
 from ..models.modes import eval_mode
 from ..models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, iter_slots, min_kept
-from ..ranges import NonNegativeInt, PositiveInt, Seed
+from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments
 from .activation import output_layer
 from .base import LocalScores, Scorer, ScoringError, grad_only, model_device_dtype, split_batch, to_model
 from .sensitivity import DEFAULT_PROBES, OutputSensitivity
@@ -50,6 +52,10 @@ FULL_GRAM_DEVICE_SHARE = 0.5
 GREEDY_STEPS = 4096
 #: the Nystrom rank of ``gram="lowrank"``
 DEFAULT_RANK = 512
+#: the weight of the interaction terms in the greedy's increments: the Gram's off-diagonal part is estimated from
+#: N images x K probes and the second-order model is least accurate at deep cuts, so the greedy shrinks it halfway
+#: towards each unit's own drift (chosen on the development models: docs/method.md, "How the defaults were chosen")
+DEFAULT_CROSS_WEIGHT = 0.5
 
 
 def full_gram_bytes(block_sizes: list[int], dtype: torch.dtype = torch.float32) -> int:
@@ -186,7 +192,7 @@ class LowRankGram(BlockRowGram):
 
 
 def greedy_positions(gram: BlockRowGram, state: dict[str, Tensor], cost: Tensor, group: Tensor, removable: Tensor,
-                     max_steps: int = GREEDY_STEPS) -> Tensor:
+                     max_steps: int = GREEDY_STEPS, cross_weight: float = 1.0) -> Tensor:
     """Removal position (1-based, float64, CPU) of every unit: the greedy order under ``gram``.
 
     Each step removes the units with the lowest drift increment per parameter ``(G_uu + 2 sum_{v in S} G_uv) /
@@ -200,6 +206,8 @@ def greedy_positions(gram: BlockRowGram, state: dict[str, Tensor], cost: Tensor,
         group: each unit's group (head or neuron group of a block, ``2 * block + kind``) ``[U]``.
         removable: units each group may lose ``[groups]``.
         max_steps: steps at most.
+        cross_weight: the weight of the interaction terms ``sum_{v in S} G_uv`` (1: the Gauss-Newton model; 0: each
+            unit's own drift per parameter).
     """
     diag, add_rows = gram.diagonal(state), gram.row_adder(state)
     device, dtype = diag.device, diag.dtype
@@ -213,7 +221,7 @@ def greedy_positions(gram: BlockRowGram, state: dict[str, Tensor], cost: Tensor,
     inf = torch.tensor(float("inf"), dtype=dtype, device=device)
     done = 0
     while int(removable.sum()) > 0:
-        delta = torch.where(alive & (removable[group] > 0), (diag + 2 * cross) / cost, inf)
+        delta = torch.where(alive & (removable[group] > 0), (diag + 2 * cross_weight * cross) / cost, inf)
         if per_step == 1:
             chunk = torch.argmin(delta).view(1)
         else:
@@ -255,6 +263,8 @@ class GaussNewtonGreedy(OutputSensitivity):
         probes: random Gaussian probes per sample (0: exact, one backward pass per embedding dimension).
         gram: ``"auto"``, ``"full"``, ``"block"`` or ``"lowrank"`` (module docstring).
         rank: the Nystrom rank of ``"lowrank"``.
+        cross_weight: the weight of the interaction terms in the greedy's increments (1: the Gauss-Newton model as
+            estimated; 0: each unit's own drift per parameter, no interactions; default :data:`DEFAULT_CROSS_WEIGHT`).
         max_steps: the greedy's steps at most (above it, several units per step).
         seed: seed of the probes and of the Nystrom test matrix; None: prune.py's ``seed_everything`` (0 from
             Python).
@@ -266,11 +276,14 @@ class GaussNewtonGreedy(OutputSensitivity):
     _handed_over = ("min_mlp_keep", "min_head_keep")
 
     def __init__(self, probes: NonNegativeInt = DEFAULT_PROBES, gram: Gram = "auto", rank: PositiveInt = DEFAULT_RANK,
-                 max_steps: PositiveInt = GREEDY_STEPS, seed: Optional[Seed] = None):
+                 cross_weight: ClosedUnitInterval = DEFAULT_CROSS_WEIGHT, max_steps: PositiveInt = GREEDY_STEPS,
+                 seed: Optional[Seed] = None):
         super().__init__(probes=probes, seed=seed)
+        check_arguments(GaussNewtonGreedy.__init__, locals(), "importance.scorer.init_args", skip={"self", "__class__"})
         if gram not in GRAMS:
             raise ScoringError(f"gn_greedy: gram must be one of {', '.join(GRAMS)}, got {gram!r}")
         self.gram, self.rank, self.max_steps = gram, int(rank), int(max_steps)
+        self.cross_weight = float(cross_weight)
         #: ``(form, why)`` after :meth:`setup`: the Gram form used (``auto`` resolved on the model's device)
         self.resolved: Optional[tuple[str, str]] = None
 
@@ -313,7 +326,16 @@ class GaussNewtonGreedy(OutputSensitivity):
             self._gram.accumulate(self._acc, rows)
         self._batches += 1
         self._samples += images.shape[0]
-        return {}
+        return self._drift_so_far()
+
+    def _drift_so_far(self) -> dict[str, float]:
+        """What the Gram's diagonal estimates so far, to log per batch (as :meth:`OutputSensitivity.update`): the
+        mean second-order drift of the embedding when one head (``drift_per_head``) or one MLP neuron
+        (``drift_per_neuron``) is removed alone, averaged over each block's units, then over the blocks."""
+        per_group = self._gram.diagonal(self._acc).split([g.num_units for _, _, g in self._groups])
+        means = torch.stack([d.mean() for d in per_group]).view(-1, 2).mean(dim=0)  # (heads, neurons)
+        head, neuron = (means / (2 * self._samples * self._probe_scale())).tolist()  # one host sync per batch
+        return {"drift_per_head": head, "drift_per_neuron": neuron}
 
     def _unit_params(self) -> Tensor:
         costs = []
@@ -321,6 +343,10 @@ class GaussNewtonGreedy(OutputSensitivity):
             owned = sum(t.numel() for _, t in iter_slots(group) if isinstance(t, nn.Parameter))
             costs.append(torch.full((group.num_units,), owned / group.num_units, dtype=torch.float64))
         return torch.cat(costs)
+
+    def _positions(self, cost: Tensor, group: Tensor, removable: Tensor) -> Tensor:
+        """The greedy's removal positions (:func:`greedy_positions` over the accumulated Gram)."""
+        return greedy_positions(self._gram, self._acc, cost, group, removable, self.max_steps, self.cross_weight)
 
     @torch.no_grad()
     def compute(self) -> LocalScores:
@@ -334,7 +360,7 @@ class GaussNewtonGreedy(OutputSensitivity):
                 for _, kind, g in self._groups]
         removable = torch.tensor([n - k for n, k in zip(sizes, keep)])
         # no 1 / (samples * probes): a positive scale leaves the order as it is
-        position = greedy_positions(self._gram, self._acc, self._unit_params(), group, removable, self.max_steps)
+        position = self._positions(self._unit_params(), group, removable)
         scores = (position / position.numel()).float()
         parts = scores.split(sizes)
         return LocalScores(list(parts[0::2]), list(parts[1::2]))

@@ -29,8 +29,9 @@ class SearchSettings:
     """How the coefficients are searched, and the fitness every candidate (and every split) is judged by.
 
     By default nothing is searched (``max_evaluations: 0``, every coefficient 1): the default score,
-    :class:`snapvit_pl.scoring.OutputSensitivity`, is already in the fitness's units in every block, and
-    a search over it did not help on the development models (docs/method.md, "The default score");
+    :class:`snapvit_pl.scoring.GaussNewtonGreedy`, is a removal order under the drift model of all units of
+    all blocks together, which computes the interactions a coefficient search looks for (docs/method.md, "The
+    default score");
     the fitness still chooses each budget's head/MLP split. For scores that are not calibrated across
     blocks (SnapViT's SSL-Fisher), ``SearchSettings.paper()`` is SnapViT's own search (xNES on the
     coefficients themselves, step 1, the default population, 50 evaluations, coefficients from 1.2 to 0.8:

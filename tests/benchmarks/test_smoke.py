@@ -17,7 +17,7 @@ def test_gpu_pipeline_tiny_runs_every_stage_on_cpu(tmp_path):
     report = json.loads((tmp_path / "gpu.json").read_text())
     entry = report["models"]["tiny"]
     assert set(entry["seconds"]) == {"load", "importance", "search", "splits", "export", "correction_one_model"}
-    assert entry["scorer"]["name"] == "sensitivity" and entry["importance_views"] == "plain"  # the default scorer
+    assert entry["scorer"]["name"] == "gn_greedy" and entry["importance_views"] == "plain"  # the default scorer
     assert set(entry["peak_memory_mb"]) == {"importance", "search", "splits", "export"}
     assert entry["search"]["floor"]["ratio"] > 0 and len(entry["throughput"]) == 8  # dense, flops0.5, six pairs
     assert entry["at_config_sizes"]["importance_s"] == pytest.approx(1000 * entry["per_image"]["importance_s_per_image"], rel=0.01)

@@ -24,7 +24,8 @@ def test_prune_end_to_end_writes_a_complete_run(tiny_prune_args, tmp_path):
     run = tmp_path / "run"
     report = json.loads((run / "report.json").read_text())
     assert {"model", "method", "timings", "search", "dense", "pruned"} <= set(report)
-    assert report["method"]["scorer"]["name"] == "sensitivity"
+    assert report["method"]["scorer"]["name"] == "gn_greedy"  # the default, with the Gram form it chose on the CPU
+    assert report["method"]["scorer"]["gram"] == "auto" and report["method"]["scorer"]["gram_used"] == "full"
     assert set(report["timings"]) >= {"scoring_s", "search_s", "total_s"}
     assert report["search"]["evaluations"] == 4 and report["search"]["best_fitness"] > 0
     assert 0 <= report["dense"]["metrics"]["knn_top1"] <= 1
@@ -120,12 +121,12 @@ def test_default_config_prunes_the_shipped_reference_model(tmp_path):
 
 
 def test_out_of_memory_is_one_line_naming_the_batch_sizes_to_lower(tiny_prune_args, tmp_path, capsys, monkeypatch):
-    from snapvit_pl.scoring import OutputSensitivity
+    from snapvit_pl.scoring import DEFAULT_SCORER
 
     def out_of_memory(self, batch):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB total capacity)")
 
-    monkeypatch.setattr(OutputSensitivity, "update", out_of_memory)
+    monkeypatch.setattr(DEFAULT_SCORER, "update", out_of_memory)
     assert prune_main(tiny_prune_args) == 2
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]

@@ -128,16 +128,16 @@ def exact_gram(model, x):
     return gram / len(x), [m.numel() for m in leaves]
 
 
-def naive_greedy(gram, sizes, costs, keep, per_step=1):
-    """Remove, ``per_step`` at a time, the units adding least drift per parameter (at most what each group may
-    lose); the protected last by their diagonal."""
+def naive_greedy(gram, sizes, costs, keep, per_step=1, cross_weight=1.0):
+    """Remove, ``per_step`` at a time, the units adding least drift per parameter (the interaction terms weighted by
+    ``cross_weight``; at most what each group may lose); the protected last by their diagonal."""
     owner = [i for i, n in enumerate(sizes) for _ in range(n)]
     left = [n - k for n, k in zip(sizes, keep)]
     removed = []
     alive = list(range(len(owner)))
     costs = torch.tensor(costs, dtype=torch.float64)
     while any(left[owner[u]] > 0 for u in alive):
-        added = (gram.diagonal() + 2 * gram[:, removed].sum(dim=1)) / costs  # drift added by each unit, per parameter
+        added = (gram.diagonal() + 2 * cross_weight * gram[:, removed].sum(dim=1)) / costs  # drift added, per parameter
         chunk = []
         for u in sorted((u for u in alive if left[owner[u]] > 0), key=lambda u: (float(added[u]), u)):
             if len(chunk) < per_step and left[owner[u]] > 0:
@@ -173,9 +173,9 @@ def flat(scores):
     return torch.cat([t for pair in zip(scores.heads, scores.neurons) for t in pair])
 
 
-@pytest.mark.parametrize("gram_kind", ["full", "block"])
+@pytest.mark.parametrize("gram_kind,cross_weight", [("full", 1.0), ("block", 1.0), ("full", 0.5), ("full", 0.0)])
 @pytest.mark.parametrize("family", ["dino_vit", "vit_swiglu"])
-def test_gn_greedy_matches_naive_gram_and_greedy(family, gram_kind):
+def test_gn_greedy_matches_naive_gram_and_greedy(family, gram_kind, cross_weight):
     from snapvit_pl.scoring import GaussNewtonGreedy
 
     model, x, gram, sizes, costs, keep = greedy_setup(family)
@@ -185,8 +185,8 @@ def test_gn_greedy_matches_naive_gram_and_greedy(family, gram_kind):
         for b in range(len(sizes) // 2):
             mask[edges[2 * b]:edges[2 * b + 2], edges[2 * b]:edges[2 * b + 2]] = True
         gram = torch.where(mask, gram, torch.zeros_like(gram))
-    expected = naive_greedy(gram, sizes, costs, keep)
-    got = scores_of(GaussNewtonGreedy(probes=0, gram=gram_kind), model, list(x.split([2, 1])))
+    expected = naive_greedy(gram, sizes, costs, keep, cross_weight=cross_weight)
+    got = scores_of(GaussNewtonGreedy(probes=0, gram=gram_kind, cross_weight=cross_weight), model, list(x.split([2, 1])))
     torch.testing.assert_close(flat(got), expected)
 
 
@@ -200,8 +200,8 @@ def test_gn_greedy_in_chunks_removes_the_lowest_increments_of_each_step(max_step
 
     model, x, gram, sizes, costs, keep = greedy_setup("dino_vit")
     per_step = math.ceil(sum(n - k for n, k in zip(sizes, keep)) / max_steps)
-    expected = naive_greedy(gram, sizes, costs, keep, per_step=per_step)
-    got = scores_of(GaussNewtonGreedy(probes=0, gram="full", max_steps=max_steps), model, [x])
+    expected = naive_greedy(gram, sizes, costs, keep, per_step=per_step, cross_weight=0.5)
+    got = scores_of(GaussNewtonGreedy(probes=0, gram="full", max_steps=max_steps, cross_weight=0.5), model, [x])
     torch.testing.assert_close(flat(got), expected)
 
 
@@ -213,8 +213,8 @@ def test_gn_greedy_low_rank_at_full_rank_is_the_full_gram():
 
     model, x = build("dino_vit").double().eval(), views(4, seed=3)[:, 0].double()
     units = sum(b.heads.num_units + b.neurons.num_units for b in prunable_blocks(model))
-    full = scores_of(GaussNewtonGreedy(probes=0, gram="full"), model, [x])
-    low = scores_of(GaussNewtonGreedy(probes=0, gram="lowrank", rank=units), model, [x])
+    full = scores_of(GaussNewtonGreedy(probes=0, gram="full", cross_weight=1.0), model, [x])
+    low = scores_of(GaussNewtonGreedy(probes=0, gram="lowrank", rank=units, cross_weight=1.0), model, [x])
     torch.testing.assert_close(flat(low), flat(full))
     smaller = GaussNewtonGreedy(probes=0, gram="lowrank", rank=4)
     scores = flat(scores_of(smaller, model, [x]))
@@ -268,7 +268,7 @@ def test_gn_greedy_takes_its_floors_from_the_importance_settings():
     with pytest.raises(TypeError):
         GaussNewtonGreedy(min_mlp_keep=0.05)  # no second knob
     scorer = ImportanceSettings(GaussNewtonGreedy(probes=1), min_mlp_keep=0.5, min_head_keep=0.5).scorer
-    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "rank", "max_steps", "seed"}
+    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "rank", "cross_weight", "max_steps", "seed"}
     clone = pickle.loads(pickle.dumps(scorer))
     assert (clone.min_mlp_keep, clone.min_head_keep) == (0.5, 0.5)
     model, x = build("dino_vit").double(), views(4)[:, 0].double()
@@ -332,3 +332,33 @@ def test_batched_vector_jacobian_products_equal_one_pass_per_probe():
     assert len(loop) == len(batched) == 6
     for a, b in zip(loop, batched):
         torch.testing.assert_close(a[0], b[0])
+
+
+def test_gn_greedy_logs_the_drift_its_diagonal_estimates_as_the_per_unit_sensitivity_does():
+    """The Gram's diagonal is OutputSensitivity's per-unit sum (the same probes): both log the same running drift."""
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    model, x = build("dino_vit").double().eval(), views(4)[:, 0].double()
+    logged = []
+    for scorer in (OutputSensitivity(probes=2, seed=3), GaussNewtonGreedy(probes=2, seed=3)):
+        scorer.setup(model)
+        scorer.update(x[:2])
+        logged.append(scorer.update(x[2:]))
+    assert set(logged[1]) == {"drift_per_head", "drift_per_neuron"}
+    for key in logged[1]:
+        assert logged[1][key] == pytest.approx(logged[0][key], rel=1e-9) and logged[1][key] > 0
+
+
+def test_gn_greedy_without_interactions_cuts_what_the_per_unit_sensitivity_cuts():
+    """``cross_weight=0``: each unit's own drift per parameter. With every block the same width, that ranks each kind
+    as OutputSensitivity does, so both cut the same sub-networks (the ablation the interaction terms are judged by)."""
+    from snapvit_pl.elastic.ranking import select_subnet
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    model, x = build("dino_vit").double().eval(), views(6, seed=5)[:, 0].double()
+    plain = scores_of(OutputSensitivity(probes=3, seed=2), model, [x])
+    greedy = scores_of(GaussNewtonGreedy(probes=3, seed=2, cross_weight=0.0), model, [x])
+    for mlp_ratio, head_ratio in ((0.3, 0.2), (0.65, 0.5), (0.9, 0.75)):
+        a = select_subnet(plain.heads, plain.neurons, mlp_ratio, head_ratio)
+        b = select_subnet(greedy.heads, greedy.neurons, mlp_ratio, head_ratio)
+        assert [sorted(t.tolist()) for t in a.heads + a.neurons] == [sorted(t.tolist()) for t in b.heads + b.neurons]
