@@ -152,6 +152,7 @@ class Pipeline:
         self._fitness_images: Optional[torch.Tensor] = None
         self._fitness: Optional[EmbeddingFitness] = None
         self._search_progress: Optional[SearchProgress] = None
+        self._scorer_choices: dict[str, str] = {}  # what the scorer chose for itself (kept in the resume state)
         self._splits = SplitTable()  # the chosen splits, as the elastic scores record them
         self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
         self._inputs_source: Any = None  # the DataModule whose fingerprint the run records (record_inputs)
@@ -320,7 +321,7 @@ class Pipeline:
         scorer = self.settings.importance.scorer
         scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
         self.state.local = scorer.compute().allocated(self.settings.importance.allocation)
-        self.state.method["scorer"] = {**self.state.method.get("scorer", {}), **scorer.choices()}  # e.g. gram auto -> full
+        self._record_scorer_choices(scorer.choices())
         self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
         self.state.peak_memory_mb["importance"] = round(self._importance["memory"].peak_mb(), 1)
         self._importance = None
@@ -570,6 +571,7 @@ class Pipeline:
             "local": None if self.state.local is None else self.state.local.to_dict(),
             "search": None if self._search_progress is None else self._search_progress.to_dict(),
             "inputs": self.state.inputs,
+            "scorer_choices": dict(self._scorer_choices),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -596,9 +598,16 @@ class Pipeline:
         self.state.peak_memory_mb.update(state.get("peak_memory_mb", {}))
         if state.get("local") is not None:
             self.state.local = LocalScores.from_dict(state["local"])
+            self._record_scorer_choices(state.get("scorer_choices", {}))
             self._end("importance")
         if state.get("search") is not None:
             self._search_progress = SearchProgress.from_dict(state["search"])
+
+    def _record_scorer_choices(self, choices: dict[str, str]) -> None:
+        """What the scorer chose for itself (e.g. ``gram: auto`` -> ``full``), in the run's record of the method and
+        in its resume state (a resumed run skips the importance pass but reports the same choices)."""
+        self._scorer_choices = dict(choices)
+        self.state.method["scorer"] = {**self.state.method.get("scorer", {}), **choices}
 
     def save_progress(self) -> None:
         """Write the run's progress to ``<run_dir>/resume_state.pt`` (rank 0; nothing without a run directory)."""

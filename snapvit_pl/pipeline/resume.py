@@ -100,6 +100,9 @@ def check_resume_state(state: dict[str, Any], widths: dict[str, list[int]], stag
     if inputs is not None and not _is_fingerprint(inputs):
         refuse("inputs", type(inputs).__name__, "the fingerprint of the pruning data (split, listed, files: "
                "[path, label, size, mtime_ns, sha256] each)")
+    choices = state.get("scorer_choices", {})
+    if not isinstance(choices, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in choices.items()):
+        refuse("scorer_choices", choices, "what the scorer chose for itself, as names and words")
     search = state.get("search")
     if search is not None:
         fitness = search.get("initial_fitness") if isinstance(search, dict) else None
