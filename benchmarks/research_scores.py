@@ -186,7 +186,7 @@ VARIANTS: dict[str, Variant] = {
 }
 # the same sub-networks with SparseGPT correction (and FLAP's bias compensation) at extraction
 for _name in ("ours", "label_fisher_split", "snip_magnitude_split", "taylor_split", "flap_split", "sens_none_split",
-              "sens4_none_split", "gn4_full", "gn_greedy_split", "activation_z_split", "wanda_sp_z_split", "label_fisher_none_split", "ssl_fisher_xnes"):
+              "sens4_none_split", "gn4_full", "gn4_cw05", "gn_greedy_split", "activation_z_split", "wanda_sp_z_split", "label_fisher_none_split", "ssl_fisher_xnes"):
     if _name in VARIANTS:
         VARIANTS[f"{_name}+sgpt"] = replace(VARIANTS[_name], correction="sparsegpt")
         VARIANTS[f"{_name}+bias"] = replace(VARIANTS[_name], correction="bias")
