@@ -20,7 +20,7 @@ written here is checked to be a subset of the schema's. On every draw:
 A second test runs the same draw on one and on two processes (``--trainer.devices 2``, gloo on CPU) and wants the
 same scores file and model files, byte for byte.
 
-CI runs a fixed (derandomized) set of examples, 20 draws and 2 two-process draws, in about three minutes (profile
+CI runs a fixed (derandomized) set of examples, 10 draws and 2 two-process draws, in about two minutes (profile
 ``valid-space-ci``). A longer local run, with fresh examples on every run (profile ``long``)::
 
     SNAPVIT_HYPOTHESIS_PROFILE=long OMP_NUM_THREADS=1 python -m pytest tests/cli/test_valid_space.py -n 0 -q
@@ -77,7 +77,7 @@ _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Healt
                print_blob=True)
 # No shrinking in either: a run takes 5-10 s, and shrinking one failure took over five minutes; a failure prints its
 # command line, which is minimised by hand.
-settings.register_profile("valid-space-ci", max_examples=20, derandomize=True, database=None,
+settings.register_profile("valid-space-ci", max_examples=10, derandomize=True, database=None,
                           phases=[Phase.explicit, Phase.generate], **_COMMON)
 settings.register_profile("long", max_examples=int(os.environ.get("SNAPVIT_HYPOTHESIS_EXAMPLES", "60")),
                           phases=[Phase.explicit, Phase.reuse, Phase.generate], **_COMMON)
