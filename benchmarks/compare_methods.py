@@ -386,8 +386,9 @@ def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]]
 
 
 def _measured(record: dict[str, Any]) -> dict[str, Any]:
-    """What runs over other seeds must share: a record without its timings and its seed."""
-    return {k: v for k, v in record.items() if k not in ("timings_s", "seed")}
+    """What runs over other seeds must share: a record without its timings, its seed and its batch size (how the
+    fitness images are batched: speed and memory, not what is measured)."""
+    return {k: v for k, v in record.items() if k not in ("timings_s", "seed", "batch_size")}
 
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:

@@ -74,14 +74,15 @@ def agreement(models: list[str], seeds: list[int], log: Progress) -> dict[str, A
     return out
 
 
-def accuracies(path: Path, models: list[str]) -> dict[str, Any]:
-    """model -> variant -> metric -> [mean at 51%, mean at 41%] over the recorded seeds (and their count)."""
+def accuracies(path: Path, models: list[str], seeds: list[int]) -> dict[str, Any]:
+    """model -> variant -> metric -> [mean at 51%, mean at 41%] over the recorded runs of ``seeds`` (and their count:
+    the forms and the exact Gram on the same seeds, so that their differences are paired)."""
     out: dict[str, Any] = {}
     if not path.exists():
         return out
     for line in path.read_text().splitlines():
         r = json.loads(line)
-        if r["model"] in models and (r["variant"] in FORMS or r["variant"] == EXACT):
+        if r["model"] in models and r["seed"] in seeds and (r["variant"] in FORMS or r["variant"] == EXACT):
             out.setdefault(r["model"], {}).setdefault(r["variant"], []).append(r)
     table: dict[str, Any] = {}
     for model, variants in out.items():
@@ -128,13 +129,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--records", default=str(RESEARCH / "holdout.jsonl"), help="research_scores.py's records")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/gram_approximation)")
     args = parse_args(parser, argv)
     torch.set_num_threads(args.threads)
     models, seeds = args.models.split(","), [int(s) for s in args.seeds.split(",")]
     log = Progress()
     report = {"seeds": seeds, "agreement": agreement(models, seeds, log),
-              "accuracy": accuracies(Path(args.records), models)}
-    write_results(RESULTS / "gram_approximation", report, markdown, args)
+              "accuracy": accuracies(Path(args.records), models, seeds)}
+    write_results(Path(args.out) if args.out else RESULTS / "gram_approximation", report, markdown, args)
     print(markdown(report))
     return 0
 
