@@ -52,6 +52,25 @@ def test_a_resumed_pipeline_continues_to_the_uninterrupted_result(model, tmp_pat
     assert resumed.state.search.resumed_at == 4 and torch.equal(scores.coefficients, expected.coefficients)
 
 
+def test_a_resumed_run_reports_what_the_scorer_chose_as_the_uninterrupted_run_does(model, tmp_path):
+    """The importance pass is skipped on resume, so what the scorer chose for itself at setup (``gram: auto``
+    resolved) comes from the resume state: the scores' settings (and so the scores file) are the same."""
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    def pipeline(run_dir):
+        settings = PipelineSettings(importance=ImportanceSettings(GaussNewtonGreedy(probes=1, gram="auto")),
+                                    search=SearchSettings(max_evaluations=0))
+        images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+        return Pipeline(model, settings, inputs=TensorInputs(images), run_dir=run_dir, progress="off")
+
+    uninterrupted = pipeline(tmp_path / "run")
+    uninterrupted.importance([torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))])
+    assert uninterrupted.state.method["scorer"]["gram_used"] == "full"
+    resumed = pipeline(tmp_path / "run")
+    resumed.load_state_dict(load_resume_state(tmp_path / "run"))
+    assert resumed.completed("importance") and resumed.state.method == uninterrupted.state.method
+
+
 def test_other_base_weights_are_refused(model, tmp_path):
     pipeline = _pipeline(model, tmp_path)
     state = pipeline.state_dict()
@@ -119,6 +138,8 @@ def test_a_pickled_resume_state_is_refused_in_the_projects_words(tmp_path):
     ("search", {"optimizer": 3, "initial_fitness": 0.5}, "search is 'dict'"),
     ("inputs", {"split": "train", "listed": 1, "files": [["a.png", 0, 10, 0, "ab"]]}, "inputs is 'dict'"),
     ("inputs", [["a.png"]], "inputs is 'list'"),
+    ("scorer_choices", {"gram_used": 3}, "scorer_choices is {'gram_used': 3}"),
+    ("scorer_choices", ["full"], "scorer_choices is ['full']"),
 ])
 def test_a_resume_state_that_breaks_its_schema_is_refused_naming_the_field(field, value, message):
     from snapvit_pl.pipeline.resume import check_resume_state
