@@ -70,9 +70,14 @@ def _git(*args: str) -> Optional[str]:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+#: Results files that live among the measured code (a development model's training log beside its weights): their
+#: changes change nothing a benchmark measures.
+NOT_CODE = (":(exclude)assets/*/training_log.md",)
+
+
 def last_change(paths: list[str]) -> Optional[str]:
-    """The newest commit that changed any of ``paths``."""
-    return _git("log", "-1", "--format=%H", "--", *paths) or None
+    """The newest commit that changed any of ``paths`` (results files among them, :data:`NOT_CODE`, aside)."""
+    return _git("log", "-1", "--format=%H", "--", *paths, *NOT_CODE) or None
 
 
 @dataclass

@@ -80,3 +80,12 @@ def test_write_results_records_the_run(tmp_path, monkeypatch):
 def test_a_markdown_file_without_a_valid_provenance_line_has_none(text, tmp_path):
     (tmp_path / "x.md").write_text(text)
     assert records(tmp_path / "x.md") == [None]
+
+
+def test_a_training_log_is_a_results_file_not_measured_code():
+    """A development model's training_log.md sits among the measured code (assets/) but is a results file: writing
+    it again does not make the other results files older than their code."""
+    from benchmarks.provenance import last_change
+
+    assert last_change(["assets/ssl_clutter_vit/training_log.md"]) is None
+    assert last_change(["assets/ssl_clutter_vit/model.safetensors"]) is not None
