@@ -105,7 +105,7 @@ def markdown(report: dict[str, Any]) -> str:
         acc = report["accuracy"].get(model, {})
         keys = [k for k in REPORTED if k in acc.get(EXACT, {})]
         exact = acc.get(EXACT, {})
-        lines += [f"## {model}", ""]
+        lines += [f"**{model}**", ""]
         if exact:
             lines += ["Exact full Gram: " + "; ".join(f"{TITLES[k]} {exact[k][0]:.2f} / {exact[k][1]:.2f}" for k in keys)
                       + f" [{exact['seeds']} seeds]", ""]
