@@ -172,6 +172,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"{s['fitness_images']} fitness images, {min(s['evaluations'])} search evaluations in the pipeline "
              f"(continued to {max(s['evaluations'])}), the split grid every {s['split_grid']:.0%} with "
              f"{s['split_candidates']} candidates.", ""]
+    if report.get("partial"):
+        lines += ["**Unfinished run: the models finished so far.**", ""]
     for name, entry in report["models"].items():
         lines += [f"## {name} (`{entry['spec']['model_name']}`), scorer `{entry['scorer']['name']}`", "",
                   f"| stage | seconds | peak memory (MiB, {entry['memory']}) | per image | at the config's image counts |",
@@ -250,17 +252,20 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     floors = argparse.Namespace(images=min(args.images, 64), fitness_images=min(args.fitness_images, 256),
                                 split_grid=args.split_grid, split_candidates=args.split_candidates)
+    default = "gpu_pipeline_tiny" if args.tiny else "full_size_cpu" if args.cpu else "gpu_pipeline"
+    prefix = Path(args.out) if args.out else RESULTS / default
     for model_name, spec in specs.items():
         report["models"][model_name] = run_model(spec, args, device)
         # every stage against its floor, as benchmarks/stage_floors.py measures it (here on this device)
         report["models"][model_name]["floors"] = stage_floors.full_size(spec, floors, stage_floors.Clock(device),
                                                                         lambda message: print(message, flush=True))
-    report["total_s"] = time.perf_counter() - started
-    report["machine"] = machine_info()
-    default = "gpu_pipeline_tiny" if args.tiny else "full_size_cpu" if args.cpu else "gpu_pipeline"
-    prefix = Path(args.out) if args.out else RESULTS / default
-    write_results(prefix, report, markdown, args)
-    print(f"wrote {prefix}.json/.md ({report['total_s']:.0f} s)")
+        # written after every model: a run cut short (a lease that ends) keeps the models it finished
+        report["total_s"] = time.perf_counter() - started
+        report["machine"] = machine_info()
+        report["partial"] = len(report["models"]) < len(specs)
+        write_results(prefix, report, markdown, args)
+        print(f"wrote {prefix}.json/.md ({len(report['models'])} of {len(specs)} models, {report['total_s']:.0f} s)",
+              flush=True)
     return 0
 
 

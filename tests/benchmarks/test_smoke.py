@@ -25,8 +25,9 @@ def test_gpu_pipeline_tiny_runs_every_stage_on_cpu(tmp_path):
         256 * entry["per_image"]["correction_s_per_calibration_image"], rel=0.01)
     assert {"bf16_b1_images_per_s", "32_b8_images_per_s"} <= set(entry["throughput"][0])
     assert set(entry["floors"]["stages"]) == {"importance", "splits", "export"}  # stage_floors.py on this device
+    assert report["partial"] is False  # written after every model; the last write is the finished run
     markdown = (tmp_path / "gpu.md").read_text()
-    assert markdown.startswith("# The pipeline on full-size models")
+    assert markdown.startswith("# The pipeline on full-size models") and "Unfinished run" not in markdown
     assert "at the config's sizes" not in markdown and "not the config's grid" in markdown  # the split choice: images only
 
 
