@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Literal, Union
+import time
+from typing import Literal, Optional, Union
 
 import torch
 
@@ -58,6 +59,62 @@ def synchronize(device: Union[str, torch.device]) -> None:
         torch.cuda.synchronize(device)
 
 
+def available_memory(device: Union[str, torch.device]) -> Optional[int]:
+    """Bytes free on ``device`` now: CUDA's free memory, a CPU's available memory (Linux ``MemAvailable``); None where
+    it cannot be read."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return None
+
+
+class ForwardTimer:
+    """Time spent inside ``with timer:`` blocks, without waiting for the device at each one: on CUDA each block
+    records a pair of events, read (one synchronisation) by :meth:`seconds`; elsewhere the wall clock.
+
+    Args:
+        device: where the timed work runs.
+    """
+
+    def __init__(self, device: Union[str, torch.device]):
+        self.device = torch.device(device)
+        self.reset()
+
+    def reset(self, seconds: float = 0.0) -> None:
+        self._seconds, self._events, self._start = float(seconds), [], None
+
+    def __enter__(self) -> "ForwardTimer":
+        if self.device.type == "cuda":
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((self._start, end))
+        else:
+            self._seconds += time.perf_counter() - self._start
+
+    def seconds(self) -> float:
+        if self._events:
+            self._events[-1][1].synchronize()
+            self._seconds += sum(start.elapsed_time(end) for start, end in self._events) / 1000
+            self._events.clear()
+        return self._seconds
+
+
 class PeakMemory:
     """The peak memory of a stretch of work, in MiB: CUDA's max allocated on a GPU, the process's peak resident set
     size on CPU (Linux's ``VmHWM``, reset at :meth:`start` where the kernel allows, else the peak since the
@@ -97,3 +154,71 @@ class PeakMemory:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
+#: Operators that make the host wait for an accelerator: a value read back (``.item()``, ``bool(t)``, ``int(t)``), or
+#: an output whose size depends on the data (boolean-mask indexing, ``nonzero``, ``bincount``, ``unique``, ...).
+SYNCING_OPERATORS = frozenset({
+    "_local_scalar_dense", "nonzero", "argwhere", "masked_select", "bincount", "_unique", "_unique2", "unique_dim",
+    "unique_consecutive", "equal", "is_nonzero", "histc",
+})
+
+
+class HostSyncs:
+    """Counts host synchronisations in a stretch of code, on any device: :data:`SYNCING_OPERATORS`, indexing with a
+    boolean mask, ``repeat_interleave`` with tensor repeats, and the copies to the host (``.cpu()``, ``.tolist()``,
+    ``.numpy()``) -- what would each wait for a GPU, counted on a CPU too. Use as a context manager::
+
+        with HostSyncs() as syncs:
+            greedy_order(...)
+        assert syncs.count <= 2, syncs.operators
+
+    On CUDA, ``torch.cuda.set_sync_debug_mode("error")`` is the stricter check of the real device.
+    """
+
+    _COPIES = ("cpu", "tolist", "numpy", "item")
+
+    def __init__(self):
+        from collections import Counter
+
+        self.operators: "Counter[str]" = Counter()
+        self._patched: dict[str, object] = {}
+        self._mode = None
+
+    @property
+    def count(self) -> int:
+        return sum(self.operators.values())
+
+    def __enter__(self) -> "HostSyncs":
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = func._overloadpacket.__name__
+                if name in SYNCING_OPERATORS or (name in ("index", "index_put", "index_put_") and any(
+                        isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()) if i is not None)) \
+                        or (name == "repeat_interleave" and func._overloadname == "Tensor"
+                            and (kwargs or {}).get("output_size") is None):
+                    counter.operators[name] += 1
+                return func(*args, **(kwargs or {}))
+
+        for method in self._COPIES:
+            original = getattr(torch.Tensor, method)
+            self._patched[method] = original
+
+            def wrapped(tensor, *args, _original=original, _name=method, **kwargs):
+                if _name != "item":  # .item() is counted as _local_scalar_dense
+                    counter.operators[f"Tensor.{_name}"] += 1
+                return _original(tensor, *args, **kwargs)
+            setattr(torch.Tensor, method, wrapped)
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+        for method, original in self._patched.items():
+            setattr(torch.Tensor, method, original)
+        self._patched.clear()

@@ -322,6 +322,7 @@ class Pipeline:
         scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
         self.state.local = scorer.compute().allocated(self.settings.importance.allocation)
         self._record_scorer_choices(scorer.choices())
+        scorer.release()  # the accumulators (a Gram of gigabytes) are not needed once the scores exist
         self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
         self.state.peak_memory_mb["importance"] = round(self._importance["memory"].peak_mb(), 1)
         self._importance = None

@@ -187,6 +187,14 @@ class Scorer(ABC):
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
         """Sum the accumulators over processes (call once, on every process, before ``compute``)."""
 
+    def release(self) -> None:
+        """Drop what the scoring pass holds once its scores are computed (the model, a teacher copy, the
+        accumulators: the Gauss-Newton greedy's Gram is the largest tensor of a run); the configuration and
+        :meth:`choices` stay. ``setup`` binds it again."""
+        for name in ("model", "blocks", "teacher", "_acc", "_gram", "_groups", "_pending"):
+            if name in vars(self):
+                setattr(self, name, None)
+
     @abstractmethod
     def compute(self) -> LocalScores:
         """The local scores from everything seen so far."""

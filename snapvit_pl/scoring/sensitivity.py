@@ -132,13 +132,20 @@ class MaskGradientScorer(SummedStatistics):
         with eval_mode(self.model), grad_only(self.model, []):
             images = to_model(images, self._device, self._dtype)
             sums, samples, loss = self._squared_gradients(images, labels)
-        if not bool(torch.stack([torch.isfinite(v).all() for v in sums.values()]).all()):  # one check per batch
-            raise DataError(f"{self.name}: non-finite mask gradients (batch {self._batches + 1}); check the images")
+        finite = torch.stack([torch.isfinite(v).all() for v in sums.values()]).all()
         for key, value in sums.items():
             self._acc[key].add_(value.double())
         self._batches += 1
         self._samples += samples
-        return {} if loss is None else {"loss": loss}
+        logged = {**({} if loss is None else {"loss": loss}), **self._logged()}  # 0-d tensors on the device
+        ok, *values = torch.stack([finite.double(), *(v.detach().double() for v in logged.values())]).tolist()  # one sync
+        if not ok:
+            raise DataError(f"{self.name}: non-finite mask gradients (batch {self._batches}); check the images")
+        return dict(zip(logged, values))
+
+    def _logged(self) -> dict[str, Tensor]:
+        """What to log per batch besides the loss, as 0-d tensors (read back with the batch's one host sync)."""
+        return {}
 
     def compute(self) -> LocalScores:
         self._require_setup()
@@ -217,16 +224,15 @@ class OutputSensitivity(MaskGradientScorer):
     def _probe_scale(self) -> int:
         return 1 if self.probes == 0 else self.probes
 
-    def update(self, batch: Any) -> dict[str, float]:
-        """Accumulate one batch; returns what the scores measure so far, to log per batch: the mean estimated drift
+
+    def _logged(self) -> dict[str, Tensor]:
+        """What the scores measure so far, logged per batch: the mean estimated drift
         of the embedding when one head (``drift_per_head``) or one MLP neuron (``drift_per_neuron``) is removed
         alone, ``E_n ||d f(x_n) / d m_u||^2 / 2`` averaged over the units (second order; with the normalised
         target, ``1 - cos`` between the dense and the pruned embedding)."""
-        metrics = super().update(batch)
         totals = [torch.stack([self._acc[key].sum() / self._acc[key].numel() for key, kind, _ in self._groups
-                               if kind == wanted]).mean() for wanted in ("heads", "neurons")]
-        head, neuron = (torch.stack(totals) / (2 * self._samples)).tolist()  # one host sync per batch
-        return {**metrics, "drift_per_head": head, "drift_per_neuron": neuron}
+                               if kind == wanted]).mean() / (2 * self._samples) for wanted in ("heads", "neurons")]
+        return {"drift_per_head": totals[0], "drift_per_neuron": totals[1]}
 
     def _squared_gradients(self, images: Tensor, labels: Optional[Tensor]):
         if images.dim() == 5:
@@ -274,4 +280,4 @@ class SSLMaskFisher(_SelfDistillation, MaskGradientScorer):
             loss = self_distillation_loss(student, target) * B  # the sum of the per-sample losses
             grads = torch.autograd.grad(loss, [masks[key] for key, _, _ in self._groups])
         sums = {key: g.double().square().sum(dim=0) for (key, _, _), g in zip(self._groups, grads)}
-        return sums, B, float(loss.detach()) / B
+        return sums, B, loss.detach() / B  # a 0-d tensor: read back with the batch's one host sync

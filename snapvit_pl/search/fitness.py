@@ -1,13 +1,12 @@
 """The search objective: how far pruned embeddings drift from the dense model's, in PCA space."""
 from __future__ import annotations
 
-import time
 from typing import Optional, Sequence
 
 import torch
 from torch import nn
 
-from ..device import autocast_context, synchronize
+from ..device import ForwardTimer, autocast_context
 from ..elastic.budget import Budget
 from ..elastic.scores import ElasticScores
 from ..models.embedding import embed
@@ -70,23 +69,29 @@ class EmbeddingFitness:
         self.device = next(model.parameters()).device
         self.images = images.to(self.device)
         self.blocks = prunable_blocks(model)
-        self.forward_seconds = 0.0  # time inside the forward passes, to compare with the whole search
+        self._timer = ForwardTimer(self.device)  # time inside the forward passes, to compare with the whole search
         teacher = self._dense_embeddings(rank, world_size, all_gather)
         self.pca = PCAProjection(teacher, settings.pca_components)
         self.target = torch.nn.functional.normalize(self.pca(teacher), dim=-1)
         self.forward_seconds = 0.0
+
+    @property
+    def forward_seconds(self) -> float:
+        """Seconds spent in the forward passes since the last reset (on CUDA, read from events: one synchronisation
+        here, none per forward)."""
+        return self._timer.seconds()
+
+    @forward_seconds.setter
+    def forward_seconds(self, value: float) -> None:
+        self._timer.reset(value)
 
     @torch.inference_mode()
     def embed(self, images: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Embeddings of ``images`` (default: all the fitness images) under the model's current (dense or gathered)
         weights, in batches of ``batch_size``."""
         images = self.images if images is None else images
-        start = time.perf_counter()
-        with autocast_context(self.device):
-            out = torch.cat([embed(self.model, batch).float() for batch in images.split(self.batch_size)])
-        synchronize(self.device)
-        self.forward_seconds += time.perf_counter() - start
-        return out
+        with self._timer, autocast_context(self.device):
+            return torch.cat([embed(self.model, batch).float() for batch in images.split(self.batch_size)])
 
     def _dense_embeddings(self, rank: int, world_size: int, all_gather: Optional[AllGather]) -> torch.Tensor:
         """The dense model's embeddings of the fitness images: the batches of ``batch_size`` shared across ranks."""
