@@ -28,7 +28,7 @@ from snapvit_pl.models import BackboneSpec, load_backbone, prunable_blocks  # no
 from snapvit_pl.models.cost import input_shape  # noqa: E402
 from snapvit_pl.pipeline import local_importance  # noqa: E402
 from snapvit_pl.scoring import GaussNewtonGreedy, OutputSensitivity  # noqa: E402
-from snapvit_pl.scoring.gauss_newton import full_gram_bytes  # noqa: E402
+from snapvit_pl.scoring.gram import full_gram_bytes  # noqa: E402
 
 VIT_B = BackboneSpec("vit_base_patch16_224.dino", False, None, {"num_classes": 0})
 TINY = BackboneSpec("vit_small_patch16_224", False, None,

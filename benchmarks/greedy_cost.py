@@ -1,6 +1,6 @@
 """What the Gauss-Newton greedy's order costs, before and after it lost its host synchronisations (issue 45).
 
-The order (:func:`snapvit_pl.scoring.gauss_newton.greedy_positions`) is timed on one CPU thread on synthetic Grams of
+The order (:func:`snapvit_pl.scoring.gram.greedy_positions`) is timed on one CPU thread on synthetic Grams of
 the shapes of ViT-B/16, ViT-L/14 and ViT-g/14 (their blocks, heads and MLP neurons; the Gram form ``gram: auto``
 takes on a CPU: the exact upper block triangle for ViT-B, block Grams + a rank-512 Nystrom sketch above), and the
 host synchronisations of each order are counted (:class:`snapvit_pl.device.HostSyncs`: every read-back of a value,
@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import MODELS, RESULTS, machine_info, model_overrides, parse_args, prune_setup, write_results  # noqa: E402
 from snapvit_pl.device import HostSyncs  # noqa: E402
-from snapvit_pl.scoring import gauss_newton  # noqa: E402
-from snapvit_pl.scoring.gauss_newton import BlockRowGram, LowRankGram, resolve_gram  # noqa: E402
+from snapvit_pl.scoring import gauss_newton, gram  # noqa: E402
+from snapvit_pl.scoring.gram import BlockRowGram, LowRankGram, resolve_gram  # noqa: E402
 
 #: The commit whose greedy is "before": the one the lent H200 could not finish ViT-L/14 with.
 BEFORE = "39ea5ba"
@@ -41,8 +41,9 @@ SHAPES = {
     "ViT-g/14": (40, 24, 4096),  # SwiGLU: 4096 hidden units, both halves pruned together
 }
 TINY_SHAPES = {"tiny-4": (4, 4, 96), "tiny-8": (8, 6, 160)}
-#: rows of mask gradients the synthetic Grams are summed from
-ROWS = 64
+#: rows of mask gradients the synthetic Grams are summed from (the low-rank form: twice its rank, as a real pass of
+#: 1000 images x 4 probes gives more than its rank; fewer would make the Nystrom core singular)
+ROWS = {"full": 64, "block": 64, "lowrank": 2 * gram.DEFAULT_RANK}
 
 
 def landed_greedy() -> Any:
@@ -73,11 +74,11 @@ def unit_layout(blocks: int, heads: int, neurons: int, dim: int) -> tuple[torch.
 def synthetic_gram(blocks: int, heads: int, neurons: int, form: str) -> tuple[BlockRowGram, dict[str, torch.Tensor]]:
     """A Gram of this shape from :data:`ROWS` random gradient rows (each unit its own scale, as real units differ)."""
     sizes = [heads + neurons] * blocks
-    layout = LowRankGram(sizes, gauss_newton.DEFAULT_RANK, 0) if form == "lowrank" else BlockRowGram(sizes, form == "full")
+    layout = LowRankGram(sizes, gram.DEFAULT_RANK, 0) if form == "lowrank" else BlockRowGram(sizes, form == "full")
     state = layout.zeros(torch.float32, torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
     scale = torch.exp(torch.randn(sum(sizes), generator=generator))
-    for _ in range(ROWS // 16):
+    for _ in range(ROWS[form] // 16):
         layout.accumulate(state, torch.randn(16, sum(sizes), generator=generator) * scale)
     return layout, state
 
@@ -113,10 +114,10 @@ def shape_row(name: str, shape: tuple[int, int, int], dim: int, landed: Any, ski
     build_s = time.perf_counter() - started
     cost, group, removable = unit_layout(blocks, heads, neurons, dim)
     w = gauss_newton.DEFAULT_CROSS_WEIGHT
-    after, after_s, after_syncs, after_ops = timed_order(lambda: gauss_newton.greedy_positions(
-        layout, state, cost, group, removable, gauss_newton.GREEDY_STEPS, w))
+    after, after_s, after_syncs, after_ops = timed_order(lambda: gram.greedy_positions(
+        layout, state, cost, group, removable, gram.GREEDY_STEPS, w))
     row = {"model": name, "blocks": blocks, "heads": heads, "neurons": neurons, "units": sum(sizes),
-           "removable": int(removable.sum()), "steps": min(gauss_newton.GREEDY_STEPS, int(removable.sum())),
+           "removable": int(removable.sum()), "steps": min(gram.GREEDY_STEPS, int(removable.sum())),
            "gram": form, "gram_why": why, "gram_build_s": build_s,
            "after": {"seconds": after_s, "syncs": after_syncs, "by_operator": after_ops}}
     print(f"{name}: after {after_s:.1f} s, {after_syncs} syncs", flush=True)
@@ -124,7 +125,7 @@ def shape_row(name: str, shape: tuple[int, int, int], dim: int, landed: Any, ski
         old_layout = (landed.LowRankGram(layout.sizes, layout.rank, layout.seed) if form == "lowrank" else
                       landed.BlockRowGram(layout.sizes, form == "full"))
         before, before_s, before_syncs, before_ops = timed_order(lambda: landed.greedy_positions(
-            old_layout, before_state(layout, state), cost, group, removable, gauss_newton.GREEDY_STEPS, w))
+            old_layout, before_state(layout, state), cost, group, removable, gram.GREEDY_STEPS, w))
         row["before"] = {"seconds": before_s, "syncs": before_syncs, "by_operator": before_ops}
         row["agreement"] = compare(before, after)
         print(f"{name}: before {before_s:.1f} s, {before_syncs} syncs; {row['agreement']}", flush=True)
@@ -150,7 +151,7 @@ def development_row(name: str, landed: Any, images: Optional[int]) -> dict[str, 
     layout, state = scorer._gram, scorer._acc
     old_layout = (landed.LowRankGram(layout.sizes, layout.rank, layout.seed) if isinstance(layout, LowRankGram) else
                   landed.BlockRowGram(layout.sizes, layout.cross_block))
-    after, after_s, after_syncs, _ = timed_order(lambda: gauss_newton.greedy_positions(
+    after, after_s, after_syncs, _ = timed_order(lambda: gram.greedy_positions(
         layout, state, cost, group, removable, scorer.max_steps, scorer.cross_weight))
     before, before_s, before_syncs, _ = timed_order(lambda: landed.greedy_positions(
         old_layout, before_state(layout, state), cost, group, removable, scorer.max_steps, scorer.cross_weight))
@@ -168,7 +169,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"`python benchmarks/greedy_cost.py`, {m['date']}, {m['cpu']}, {m['torch_threads']} torch thread, torch "
         f"{m['torch']}, load average {m['load_average_1m_at_end']:.1f} at the end (a busy 2-core machine: other jobs "
         f"slow both columns alike). *Before*: the greedy at commit `{report['before_commit']}`; *after*: this commit's. "
-        f"Synthetic Grams summed from {ROWS} random gradient rows, in the form `gram: auto` takes on a CPU; the "
+        f"Synthetic Grams summed from random gradient rows ({ROWS['full']} for a full Gram, {ROWS['lowrank']} for the "
+        f"low-rank form), in the form `gram: auto` takes on a CPU; the "
         f"default `cross_weight` {report['cross_weight']} and at most {report['max_steps']} steps. *Syncs*: host "
         "synchronisations of one whole order (read-backs, data-dependent shapes, copies to the host), each of which "
         "a GPU run waits for.", "",
@@ -217,7 +219,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     development = [] if args.tiny or not args.development else [
         development_row(name, landed, None) for name in args.development.split(",")]
     report = {"before_commit": BEFORE, "cross_weight": gauss_newton.DEFAULT_CROSS_WEIGHT,
-              "max_steps": gauss_newton.GREEDY_STEPS, "shapes": rows, "development": development,
+              "max_steps": gram.GREEDY_STEPS, "shapes": rows, "development": development,
               "machine": {**machine_info(), "torch_threads": torch.get_num_threads()}}
     if args.tiny:
         print(markdown(report))

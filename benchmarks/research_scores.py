@@ -72,6 +72,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RESEARCH = RESULTS / "research"
 CACHE = RESEARCH / "cache"  # git-ignored (RESEARCH/.gitignore)
 PAIRS = list(PAPER_PAIRS[-4:])  # ~71/61/51/41% of the parameters kept
+#: ``--deep`` (issue 46): ~51/41/31/21% of the parameters kept, the two paper pairs and two deeper ones
+DEEP_PAIRS = [tuple(PAPER_PAIRS[-2]), tuple(PAPER_PAIRS[-1]), (0.75, 0.6), (0.85, 0.65)]  # (0.65: 3 heads keep 1)
+#: the pairs the selection and paired tables show (``--deep``: all of them)
+SHOWN = PAIRS[-3:]
 REPORTED = ("head_top1", "linear_top1", "knn_top1")
 TITLES = {"head_top1": "own head", "linear_top1": "linear probe", "knn_top1": "k-NN"}  # of REPORTED
 def _search_fields(settings: SearchSettings) -> dict[str, Any]:
@@ -183,10 +187,21 @@ VARIANTS: dict[str, Variant] = {
                                                   views="plain", coefficients="none") for w in (0.0, 0.5)},
     "sens_none_split_f1000": Variant("sensitivity", views="plain", coefficients="none",
                                      fitness={"num_images": 1000, "pca_components": 192}),
+    # issue 46: re-linearised in stages (one importance pass each), with the interaction weight re-decided, and the
+    # order that anticipates the correction (alone and with stages)
+    **{f"gn4_st{k}": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 0.5, "stages": k},
+                             views="plain", coefficients="none") for k in (2, 3, 4)},
+    **{f"gn4_st{k}_cw1": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 1.0, "stages": k},
+                                 views="plain", coefficients="none") for k in (3,)},
+    "gn4_ca": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 0.5, "correction_aware": True},
+                      views="plain", coefficients="none"),
+    "gn4_st3_ca": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 0.5, "stages": 3,
+                                        "correction_aware": True}, views="plain", coefficients="none"),
 }
 # the same sub-networks with SparseGPT correction (and FLAP's bias compensation) at extraction
 for _name in ("ours", "label_fisher_split", "snip_magnitude_split", "taylor_split", "flap_split", "sens_none_split",
-              "sens4_none_split", "gn4_full", "gn4_cw05", "gn_greedy_split", "activation_z_split", "wanda_sp_z_split", "label_fisher_none_split", "ssl_fisher_xnes"):
+              "sens4_none_split", "gn4_full", "gn4_cw05", "gn_greedy_split", "gn4_st2", "gn4_st3", "gn4_st4",
+              "gn4_st3_cw1", "gn4_ca", "gn4_st3_ca", "activation_z_split", "wanda_sp_z_split", "label_fisher_none_split", "ssl_fisher_xnes"):
     if _name in VARIANTS:
         VARIANTS[f"{_name}+sgpt"] = replace(VARIANTS[_name], correction="sparsegpt")
         VARIANTS[f"{_name}+bias"] = replace(VARIANTS[_name], correction="bias")
@@ -394,6 +409,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="smoke run: the first of --models, seed 0, two cheap variants (unless --variants), "
                              "64 pruning images, 300 / 200 evaluation images, 4 search evaluations")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--deep", action="store_true", help="cut at ~51/41/31/21%% of the parameters (issue 46) "
+                        "instead of ~71/61/51/41%%")
     parser.add_argument("--summary", action="store_true", help="print the tables of --out and exit")
     parser.add_argument("--goal", default=None, help="VARIANT:RIVAL,RIVAL,...: where VARIANT's mean loses, then exit")
     parser.add_argument("--selection", default=None, metavar="MARKDOWN",
@@ -402,6 +419,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="write each of --variants minus BASELINE, paired by seed, over --models to MARKDOWN, "
                              "then exit")
     args = parse_args(parser, argv)
+    if args.deep:
+        global PAIRS, SHOWN
+        PAIRS, SHOWN = list(DEEP_PAIRS), list(DEEP_PAIRS)
     out = Path(args.out) if args.out else (CACHE / "quick.jsonl" if args.quick else RESEARCH / "holdout.jsonl")
     variants = args.variants.split(",")
     if args.goal:
@@ -449,7 +469,7 @@ def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         by.setdefault((r["model"], r["variant"]), []).append(r)
-    shown = PAIRS[-3:]
+    shown = SHOWN
     lines = [f"Mean over seeds on held-out train images (`{display(path)}`), top-1 in % at "
              + " / ".join(f"{tuple(p)}" for p in shown) + " (about 61 / 51 / 41% of the parameters kept), every variant "
              "cut at the same parameter counts with its own fitness-chosen split; [n] seeds; `-`: not run.", ""]
@@ -472,15 +492,20 @@ def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _kept(pair: Sequence[float]) -> str:
+    """About how many % of the parameters a (mlp, head) pair keeps (2/3 of a block's weights are its MLP's)."""
+    return f"{round(100 * (1 - (2 * pair[0] + pair[1]) / 3)):d}"
+
+
 def paired_table(path: Path, variants: list[str], baseline: str, models: list[str]) -> str:
     """Each variant minus ``baseline`` on the same seeds (the same pruning and evaluation images): per model and
     metric, the mean ± standard deviation of the per-seed differences at 61 / 51 / 41% of the parameters."""
     records = {(r["model"], r["seed"], r["variant"]): r
                for r in (json.loads(line) for line in path.read_text().splitlines())}
-    shown = PAIRS[-3:]
+    shown = SHOWN
     lines = [f"Top-1 of each variant minus `{baseline}`'s, in points, on the same seeds (`{display(path)}`): mean ± "
              "standard deviation over the seeds at " + " / ".join(f"{tuple(p)}" for p in shown)
-             + " (about 61 / 51 / 41% of the parameters kept); [n] seeds.", ""]
+             + f" (about {' / '.join(_kept(p) for p in shown)}% of the parameters kept); [n] seeds.", ""]
     for name in variants:
         lines += [f"**{name}**", "", "| model | " + " | ".join(TITLES[k] for k in REPORTED) + " |", "|---|---|---|---|"]
         for m in models:

@@ -10,7 +10,8 @@ from snapvit_pl.lightning.pruning_module import PruningModule
 
 class ImportanceCallback(pl.Callback):
     """Feeds every training batch to the pipeline's scorer; at epoch end its statistics are summed across ranks
-    and the local scores recorded (:meth:`Pipeline.finish_importance`, which also saves the run's progress).
+    and, after the scorer's last pass (one epoch per pass: a re-linearised scorer makes several), the local scores
+    recorded (:meth:`Pipeline.finish_importance`, which also saves the run's progress).
 
     A resumed run whose scores were complete skips the data pass (the module ends the epoch at once).
     """
@@ -23,6 +24,7 @@ class ImportanceCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         pl_module.pipeline.start_importance(trainer.num_training_batches)
+        trainer.fit_loop.max_epochs = max(1, pl_module.pipeline.importance_passes)  # one epoch per pass
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: PruningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

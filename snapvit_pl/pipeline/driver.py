@@ -297,8 +297,15 @@ class Pipeline:
             return
         scorer = self.settings.importance.scorer
         scorer.setup(self.model, None)
-        bar = Progress("importance", batches, self._show() if scorer.requires_data else "off", unit="batch")
-        self._importance = {"started": time.perf_counter(), "bar": bar, "memory": self._start_memory()}
+        total = None if batches is None else batches * scorer.passes
+        bar = Progress("importance", total, self._show() if scorer.requires_data else "off", unit="batch")
+        self._importance = {"started": time.perf_counter(), "bar": bar, "memory": self._start_memory(), "pass": 1}
+
+    @property
+    def importance_passes(self) -> int:
+        """Passes over the pruning data the importance stage makes (the scorer's; 0 once it is complete)."""
+        scorer = self.settings.importance.scorer
+        return 0 if self.completed("importance") or not scorer.requires_data else scorer.passes
 
     def importance_step(self, batch: Any) -> dict[str, float]:
         """Feed one batch to the scorer; returns what to log (e.g. ``{"loss": ...}``)."""
@@ -311,15 +318,20 @@ class Pipeline:
         self._importance["bar"].update(**metrics)
         return metrics
 
-    def finish_importance(self) -> LocalScores:
-        """Sum the scorer's statistics over processes, compute the local scores, record them and save progress."""
+    def finish_importance(self) -> Optional[LocalScores]:
+        """End a pass over the data: sum the scorer's statistics over processes; after its last pass, compute the
+        local scores, record them and save progress (returns them; None while passes remain)."""
         if self.completed("importance"):
             return self.state.local
         if self._importance is None:
             raise RuntimeError("finish_importance before start_importance")
-        self._importance["bar"].close()
         scorer = self.settings.importance.scorer
         scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
+        if scorer.requires_data and self._importance["pass"] < scorer.passes:
+            scorer.next_pass()
+            self._importance["pass"] += 1
+            return None
+        self._importance["bar"].close()
         self.state.local = scorer.compute().allocated(self.settings.importance.allocation)
         self._record_scorer_choices(scorer.choices())
         scorer.release()  # the accumulators (a Gram of gigabytes) are not needed once the scores exist
@@ -331,13 +343,22 @@ class Pipeline:
         return self.state.local
 
     def importance(self, batches: Iterable[Any]) -> LocalScores:
-        """The whole importance pass over ``batches`` (multi-crop views, or ``(images, labels)`` for label scorers)."""
+        """The whole importance stage over ``batches`` (multi-crop views, or ``(images, labels)`` for label scorers):
+        one pass, or one per stage of a re-linearised scorer (then ``batches`` must be readable again)."""
+        from .importance import check_passes
+
+        scorer = self.settings.importance.scorer
+        if not self.completed("importance"):
+            check_passes(scorer, batches)
         self.start_importance(len(batches) if hasattr(batches, "__len__") else None)
-        if not self.completed("importance") and self.settings.importance.scorer.requires_data:
-            with eval_mode(self.model):
-                for batch in batches:
-                    self.importance_step(batch)
-        return self.finish_importance()
+        local = None
+        for _ in range(max(1, self.importance_passes)):  # one per pass; none of data when complete or data-free
+            if not self.completed("importance") and scorer.requires_data:
+                with eval_mode(self.model):
+                    for batch in batches:
+                        self.importance_step(batch)
+            local = self.finish_importance()
+        return local
 
     # -- stage 2: search -------------------------------------------------------------------------------------
     def search(self) -> SearchResult:

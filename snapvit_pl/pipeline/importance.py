@@ -119,11 +119,29 @@ def local_importance(
         all_reduce_sum: sums a tensor over DDP processes (each process passes its shard of the data).
         progress: show progress (a :class:`snapvit_pl.progress.Progress` mode).
     """
+    check_passes(scorer, batches)
     scorer.setup(model, teacher)
-    if scorer.requires_data:
-        total = len(batches) if hasattr(batches, "__len__") else None
-        with Progress("importance", total, progress, unit="batch") as bar:
+    reduce = all_reduce_sum or (lambda t: t)
+    if not scorer.requires_data:
+        scorer.reduce(reduce)
+        return scorer.compute()
+    total = len(batches) * scorer.passes if hasattr(batches, "__len__") else None
+    with Progress("importance", total, progress, unit="batch") as bar:
+        for done in range(1, scorer.passes + 1):
             for batch in batches:
                 bar.update(**scorer.update(batch))
-    scorer.reduce(all_reduce_sum or (lambda t: t))
+            scorer.reduce(reduce)
+            if done < scorer.passes:
+                scorer.next_pass()
     return scorer.compute()
+
+
+def check_passes(scorer: Scorer, batches: Any) -> None:
+    """Refuse batches that can be read once (an iterator) for a scorer that reads them several times.
+
+    Raises:
+        ConfigError: naming the scorer's passes.
+    """
+    if scorer.requires_data and scorer.passes > 1 and iter(batches) is batches:
+        raise ConfigError(f"the {scorer.name} scorer reads the pruning images {scorer.passes} times (one pass per "
+                          "stage): give batches that can be read again (a DataLoader or a list), not an iterator")

@@ -5,9 +5,12 @@ head and per MLP hidden neuron of every block; higher means more important. The 
 the same for all of them, so one Lightning callback or loop can drive any of them::
 
     scorer.setup(model)                  # every process
-    for batch in loader:                 # skipped when not scorer.requires_data
-        scorer.update(batch)
-    scorer.reduce(all_reduce_sum)        # once; identity on a single process
+    for p in range(scorer.passes):       # one pass for most scorers
+        for batch in loader:             # skipped when not scorer.requires_data
+            scorer.update(batch)
+        scorer.reduce(all_reduce_sum)    # once per pass; identity on a single process
+        if p + 1 < scorer.passes:
+            scorer.next_pass()
     scores = scorer.compute()            # LocalScores
 
 Pickling or deep-copying a scorer keeps its configuration only (the constructor arguments):
@@ -149,6 +152,8 @@ class Scorer(ABC):
     requires_data: bool = True
     requires_labels: bool = False
     views: Optional[str] = None
+    #: passes over the data before ``compute`` (``next_pass`` between them, after ``reduce``)
+    passes: int = 1
 
     def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
         """Bind to the bare timm model (not a DDP wrapper); resets the accumulators.
@@ -186,6 +191,11 @@ class Scorer(ABC):
 
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
         """Sum the accumulators over processes (call once, on every process, before ``compute``)."""
+
+    def next_pass(self) -> None:
+        """Between two passes over the data (after :meth:`reduce`): a scorer of several :attr:`passes` takes what the
+        pass measured and starts the next."""
+        raise ScoringError(f"{self.name} makes {self.passes} pass(es) over the data; compute() gives the scores")
 
     def release(self) -> None:
         """Drop what the scoring pass holds once its scores are computed (the model, a teacher copy, the

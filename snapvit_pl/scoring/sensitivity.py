@@ -44,10 +44,12 @@ from .gradient import _SelfDistillation, self_distillation_loss
 
 
 @contextmanager
-def unit_masks(groups: list[tuple[str, str, UnitGroup]], masks: dict[str, Tensor], repeat: int = 1) -> Iterator[None]:
+def unit_masks(groups: list[tuple[str, str, UnitGroup]], masks: dict[str, Tensor], repeat: int = 1,
+               observe: Optional[Callable[[str, Tensor], None]] = None) -> Iterator[None]:
     """Multiply each group's output-projection input by its per-sample mask ``masks[key]`` ``[samples, units]``.
 
-    ``repeat``: consecutive images per sample (multi-crop views flattened sample-major).
+    ``repeat``: consecutive images per sample (multi-crop views flattened sample-major); ``observe(key, x)``: sees
+    each masked input as it goes in.
     """
     handles = []
 
@@ -56,6 +58,8 @@ def unit_masks(groups: list[tuple[str, str, UnitGroup]], masks: dict[str, Tensor
             x = inputs[0]
             m = masks[key].repeat_interleave(group.unit_size, dim=1).repeat_interleave(repeat, dim=0)
             m = m.view(m.shape[0], *([1] * (x.dim() - 2)), m.shape[1]).to(x.dtype)
+            if observe is not None:
+                observe(key, x * m)
             return (x * m,) + tuple(inputs[1:])
         return apply
 

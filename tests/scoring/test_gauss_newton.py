@@ -8,7 +8,7 @@ import torch
 
 from snapvit_pl.device import HostSyncs
 from snapvit_pl.scoring import GaussNewtonGreedy
-from snapvit_pl.scoring.gauss_newton import (
+from snapvit_pl.scoring.gram import (
     BlockRowGram, GreedyError, LowRankGram, Segments, _lowest, greedy_order, greedy_positions,
 )
 

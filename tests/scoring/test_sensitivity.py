@@ -223,13 +223,13 @@ def test_gn_greedy_low_rank_at_full_rank_is_the_full_gram():
 
 
 def test_gn_greedy_auto_keeps_the_full_gram_where_it_fits(monkeypatch):
-    from snapvit_pl.scoring import GaussNewtonGreedy, gauss_newton
+    from snapvit_pl.scoring import GaussNewtonGreedy, gram
 
     model, x = build("dino_vit").double().eval(), views(2)[:, 0].double()
     scorer = GaussNewtonGreedy(probes=1)
     scorer.setup(model)
     assert scorer.resolved[0] == "full" and "within" in scorer.resolved[1]
-    monkeypatch.setattr(gauss_newton, "FULL_GRAM_CPU_BYTES", 1000)
+    monkeypatch.setattr(gram, "FULL_GRAM_CPU_BYTES", 1000)
     scorer.setup(model)
     assert scorer.resolved[0] == "lowrank" and "over" in scorer.resolved[1]
     assert set(scorer.state_dict()["accumulators"]) == {"gram", "sketch"}  # one flat block-row buffer
@@ -268,7 +268,7 @@ def test_gn_greedy_takes_its_floors_from_the_importance_settings():
     with pytest.raises(TypeError):
         GaussNewtonGreedy(min_mlp_keep=0.05)  # no second knob
     scorer = ImportanceSettings(GaussNewtonGreedy(probes=1), min_mlp_keep=0.5, min_head_keep=0.5).scorer
-    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "rank", "cross_weight", "max_steps", "seed"}
+    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "rank", "cross_weight", "max_steps", "stages", "correction_aware", "seed"}
     clone = pickle.loads(pickle.dumps(scorer))
     assert (clone.min_mlp_keep, clone.min_head_keep) == (0.5, 0.5)
     model, x = build("dino_vit").double(), views(4)[:, 0].double()
