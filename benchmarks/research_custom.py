@@ -374,12 +374,31 @@ class PredictionGaussNewtonGreedy(_PredictionTarget, GaussNewtonGreedy):
     def config(self) -> dict[str, Any]:
         return {**super().config(), "target": self.target}
 
+    def _gradients(self, images: Tensor):
+        if self.target != "predictions":
+            return super()._gradients(images)
+        return torch.cat([torch.cat(g, dim=1) for g in self._probe_gradients(images)]), None
+
+
+class ZerothOrderStagesGreedy(GaussNewtonGreedy):
+    """Issue 46's ablation: :class:`GaussNewtonGreedy` whose later stages take the Gram again at the sub-network but
+    drop the first-order term of the drift (as if the sub-network were the dense one)."""
+
+    name = "gn_greedy_nolin"
+
+    def _gradients(self, images: Tensor):
+        rows, _ = super()._gradients(images)
+        return rows, None
+
 
 PREDICTION_SCORERS = {"sensitivity": PredictionSensitivity, "gn_greedy": PredictionGaussNewtonGreedy}
+RESEARCH_SCORERS = {"gn_greedy_nolin": ZerothOrderStagesGreedy}
 
 
 def research_scorer(name: str, **kwargs: Any) -> Scorer:
     """``build_scorer(name, **kwargs)``, with ``target="predictions"`` for ``sensitivity`` and ``gn_greedy``."""
     if kwargs.get("target") == "predictions" and name in PREDICTION_SCORERS:
         return PREDICTION_SCORERS[name](**kwargs)
+    if name in RESEARCH_SCORERS:
+        return RESEARCH_SCORERS[name](**kwargs)
     return build_scorer(name, **kwargs)

@@ -195,6 +195,11 @@ VARIANTS: dict[str, Variant] = {
                                  views="plain", coefficients="none") for k in (3,)},
     "gn4_ca": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 0.5, "correction_aware": True},
                       views="plain", coefficients="none"),
+    "gn4_st3_nolin": Variant("gn_greedy_nolin", {"probes": 4, "gram": "full", "cross_weight": 0.5, "stages": 3},
+                             views="plain", coefficients="none"),
+    # issue 45: the pass in bf16 autocast (the default on CUDA) against fp32, on the same images and probes
+    "gn4_bf16": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 0.5, "precision": "bf16"},
+                        views="plain", coefficients="none"),
     "gn4_st3_ca": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 0.5, "stages": 3,
                                         "correction_aware": True}, views="plain", coefficients="none"),
 }

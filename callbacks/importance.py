@@ -5,16 +5,19 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from snapvit_pl.lightning.pruning_module import PruningModule
+from snapvit_pl.lightning.pruning_module import PruningModule, StageCallback
 
 
-class ImportanceCallback(pl.Callback):
+class ImportanceCallback(StageCallback):
     """Feeds every training batch to the pipeline's scorer; at epoch end its statistics are summed across ranks
     and, after the scorer's last pass (one epoch per pass: a re-linearised scorer makes several), the local scores
     recorded (:meth:`Pipeline.finish_importance`, which also saves the run's progress).
 
-    A resumed run whose scores were complete skips the data pass (the module ends the epoch at once).
+    A resumed run whose scores were complete skips the data pass (the module ends the epoch at once). Without
+    this callback nothing is scored: the later stages refuse to run.
     """
+
+    stage = "importance"
 
     def setup(self, trainer: pl.Trainer, pl_module: PruningModule, stage: str) -> None:
         if trainer.datamodule is not None:

@@ -88,7 +88,7 @@ def fit_elastic(
     views = scoring_views(importance.scorer)
     collected: list[torch.Tensor] = []
     wanted = settings.search.num_images if fitness_images is None else 0
-    batches = _scoring_batches(loader, views, collected, wanted, crop_seed, model)
+    batches = _ScoringBatches(loader, views, collected, wanted, crop_seed, model)
     inputs = TensorInputs(fitness_images)
     pipeline = Pipeline(model, settings, spec=spec, inputs=inputs, progress=progress)
     with eval_mode(model):
@@ -139,22 +139,29 @@ def _settings(value: Any, kind: type, name: str) -> Any:
     raise ConfigError(f"{name}= must be a {kind.__name__} (or a mapping of its fields), got {type(value).__name__}")
 
 
-def _scoring_batches(loader: Iterable[Any], views: str, collected: list[torch.Tensor], wanted: int,
-                     crop_seed: int, model: nn.Module) -> Iterator[Any]:
-    """The loader's batches in the form the scorer needs, keeping the first ``wanted`` plain images aside."""
-    from .data.transforms import BatchMultiCrop
+class _ScoringBatches:
+    """The loader's batches in the form the scorer needs, keeping the first ``wanted`` plain images aside (on the
+    first pass); readable again for a scorer of several passes (as often as the loader is)."""
 
-    multicrop = BatchMultiCrop(seed=crop_seed)
-    kept = 0
-    for batch in loader:
-        images, labels = split_batch(batch)
-        check_images(model, images, "the loader's images")
-        if images.dim() == 4 and kept < wanted:
-            collected.append(images[: wanted - kept].detach().cpu())
-            kept += len(collected[-1])
-        if views == "multicrop" and images.dim() == 4:
-            yield multicrop(images)
-        elif views == "labeled" and labels is None:
-            raise ConfigError("this scorer needs labels: the loader must yield (images, labels) batches")
-        else:
-            yield batch if views != "multicrop" else images
+    def __init__(self, loader: Iterable[Any], views: str, collected: list[torch.Tensor], wanted: int, crop_seed: int,
+                 model: nn.Module):
+        self.loader, self.views, self.collected, self.wanted, self.model = loader, views, collected, wanted, model
+        self.crop_seed = crop_seed
+
+    def __iter__(self) -> Iterator[Any]:
+        from .data.transforms import BatchMultiCrop
+
+        multicrop = BatchMultiCrop(seed=self.crop_seed)  # the same views on every pass
+        kept = sum(len(c) for c in self.collected)
+        for batch in self.loader:
+            images, labels = split_batch(batch)
+            check_images(self.model, images, "the loader's images")
+            if images.dim() == 4 and kept < self.wanted:
+                self.collected.append(images[: self.wanted - kept].detach().cpu())
+                kept += len(self.collected[-1])
+            if self.views == "multicrop" and images.dim() == 4:
+                yield multicrop(images)
+            elif self.views == "labeled" and labels is None:
+                raise ConfigError("this scorer needs labels: the loader must yield (images, labels) batches")
+            else:
+                yield batch if self.views != "multicrop" else images

@@ -47,3 +47,16 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     for name in ("fit_elastic", "ElasticScores", "load_pruned", "Budget", "OutputSensitivity", "GaussNewtonGreedy"):
         assert f'id="snapvit_pl.' in api and name in api, name
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="apt-get install dataset-fashion-mnist")
+def test_the_lightning_components_example_runs_as_written(tmp_path):
+    """docs/python.md, "As Lightning components": the block, run offline in an empty directory, makes its run."""
+    text = (ROOT / "docs" / "python.md").read_text()
+    section = text[text.index("## As Lightning components"):]
+    code = re.search(r"<!-- executed: [^>]*-->\n```python\n(.*?)```", section, re.S)[1]
+    (tmp_path / "example.py").write_text(code)
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = tmp_path / "runs" / "composed"
+    assert (run / "elastic_scores.safetensors").exists() and (run / "report.json").exists()

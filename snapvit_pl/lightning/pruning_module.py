@@ -1,9 +1,8 @@
 """``PruningModule``: the pretrained ViT being pruned and the pipeline that prunes it.
 
-The module itself trains nothing. ``trainer.fit`` makes one pass over the pruning data; the
-callbacks in ``snapvit_pl.callbacks`` (one per stage, installed in the order of
-:data:`snapvit_pl.pipeline.STAGES`) each call one method of the module's :class:`~snapvit_pl.pipeline.Pipeline`,
-which refuses a stage before the ones it follows:
+The module itself trains nothing. ``trainer.fit`` makes one pass over the pruning data per pass of the scorer
+(one epoch each); the callbacks in ``snapvit_pl.callbacks`` (one per stage, :class:`StageCallback`) each run one
+stage of the module's :class:`~snapvit_pl.pipeline.Pipeline` from a Lightning hook:
 
 ========================  =====================================================
 hook                      stage
@@ -15,6 +14,13 @@ train batch / epoch end   importance (``ImportanceCallback``)
                           (``ExportCallback``)
 ``teardown("fit")``       ``report.json`` / ``report.md`` (``ReportCallback``)
 ========================  =====================================================
+
+The order of the stages is the pipeline's, whatever the order of the callbacks in the list: a stage runs the
+earlier stages of the run that have not run yet (:meth:`~snapvit_pl.pipeline.Pipeline.run_stage`). Every callback is
+optional: a Trainer without ``SearchCallback`` keeps the block coefficients at their initial values, without
+``ExportCallback`` it makes the elastic scores only (:attr:`PruningModule.scores`), and the report says so. The
+module works in any ``pl.Trainer`` (no ``prune.py`` wiring): its pipeline exists from construction, with the default
+settings unless :meth:`PruningModule.configure_pipeline` gives others.
 """
 from __future__ import annotations
 
@@ -24,12 +30,17 @@ from typing import Any, Optional
 import pytorch_lightning as pl
 import torch
 
+from ..elastic.scores import ElasticScores
+from ..errors import ConfigError
 from ..models.loading import BackboneSpec, load_backbone
 from ..pipeline.driver import Pipeline
 from ..pipeline.settings import PipelineSettings
 from ..progress import ProgressMode
 from ..ranges import Seed
 from .context import bind_trainer
+
+#: Lightning's default precision: the pipeline picks each stage's own (bf16 autocast on CUDA, fp32 on a CPU)
+TRAINER_PRECISION = "32-true"
 
 
 class PruningModule(pl.LightningModule):
@@ -44,6 +55,14 @@ class PruningModule(pl.LightningModule):
             base model so that ``extract``, ``evaluate`` and ``train`` rebuild the same weights; ``prune.py``
             derives it from the run's ``seed_everything`` unless given. Logged as the hyperparameter
             ``weights_seed`` (the DataModule's ``seed`` is another seed).
+
+    Example (a plain Trainer; ``dm`` a :class:`snapvit_pl.data.VisionDataModule`)::
+
+        module = PruningModule("vit_small_patch16_224.dino")
+        trainer = pl.Trainer(callbacks=[c() for c in snapvit_pl.callbacks.STAGE_CALLBACKS], logger=False,
+                             use_distributed_sampler=False)
+        trainer.fit(module, datamodule=dm)
+        small = module.scores.extract(module.backbone, flops=0.5)
     """
 
     def __init__(
@@ -62,27 +81,49 @@ class PruningModule(pl.LightningModule):
                                  seed if pretrained is False and checkpoint_path is None else None)
         self.backbone = load_backbone(self.spec)
         self.backbone.requires_grad_(False)
-        self.pipeline: Optional[Pipeline] = None
+        self._pipeline: Optional[Pipeline] = None
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The pipeline the stage callbacks drive: :meth:`configure_pipeline`'s, else one with the default settings,
+        made when first asked for (a callback's ``setup`` may be first)."""
+        if self._pipeline is None:
+            self.configure_pipeline()
+        return self._pipeline
 
     def configure_pipeline(self, settings: Optional[PipelineSettings] = None, run_dir: Optional[str | Path] = None,
                            progress: ProgressMode | bool = "auto", seg_data: Any = None) -> Pipeline:
-        """The pipeline the stage callbacks drive (over this module's backbone; ``seg_data``: the segmentation
-        DataModule of the ``seg`` metric); returns it."""
-        self.pipeline = Pipeline(self.backbone, settings, spec=self.spec, seg_datamodule=seg_data, run_dir=run_dir,
-                                 progress=progress)
-        return self.pipeline
+        """The pipeline the stage callbacks drive (over this module's backbone; ``settings``: every stage's,
+        default :class:`PipelineSettings`; ``run_dir``: where the scores, models and report are written, None:
+        nothing is written; ``seg_data``: the segmentation DataModule of the ``seg`` metric); returns it. Call it
+        before ``trainer.fit``."""
+        self._pipeline = Pipeline(self.backbone, settings, spec=self.spec, seg_datamodule=seg_data, run_dir=run_dir,
+                                  progress=progress)
+        return self._pipeline
+
+    @property
+    def scores(self) -> ElasticScores:
+        """The elastic scores, once the splits are chosen (e.g. in a user's ``on_fit_end`` callback).
+
+        Raises:
+            RuntimeError: the splits stage has not run yet.
+        """
+        if not self.pipeline.completed("splits"):
+            raise RuntimeError("the elastic scores exist once the splits stage ran (SplitsCallback at on_train_end)")
+        return self.pipeline.elastic_scores()
 
     def setup(self, stage: str) -> None:
-        if self.pipeline is None:
-            self.configure_pipeline()
-        bind_trainer(self.pipeline, self.trainer)
+        trainer = self.trainer
+        check_trainer(trainer)
+        self.pipeline.use_stages(c.stage for c in trainer.callbacks if isinstance(c, StageCallback))
+        bind_trainer(self.pipeline, trainer)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.backbone(images)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> Optional[int]:
         # resumed with complete scores: -1 ends the epoch at once
-        return -1 if self.pipeline is not None and self.pipeline.completed("importance") else None
+        return -1 if self.pipeline.completed("importance") else None
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         """No-op: each batch is consumed by ``ImportanceCallback.on_train_batch_end``."""
@@ -90,3 +131,42 @@ class PruningModule(pl.LightningModule):
 
     def configure_optimizers(self):
         return None
+
+
+def check_trainer(trainer: pl.Trainer) -> None:
+    """Refuse, in one line each, the Trainer settings a pruning run cannot honour in every stage: a DDP strategy
+    that wraps the module (it has no trainable parameter; :class:`~snapvit_pl.lightning.strategy.PruningDDPStrategy`
+    shares the work without one), a precision other than Lightning's default (each stage picks its own), and a
+    distributed sampler over several processes (it pads the data by repeating images: each process reads its own
+    un-padded share instead).
+
+    Raises:
+        ConfigError: naming the setting and what to use.
+    """
+    from pytorch_lightning.strategies import DDPStrategy
+
+    from .strategy import PruningDDPStrategy
+
+    strategy = trainer.strategy
+    if isinstance(strategy, DDPStrategy) and not isinstance(strategy, PruningDDPStrategy):
+        raise ConfigError(f"Trainer(strategy={type(strategy).__name__}): a pruning run trains nothing and shares its work "
+                          "across processes with its own DDP; pass strategy=snapvit_pl.lightning.strategy."
+                          "PruningDDPStrategy() (prune.py: --trainer.strategy ddp)")
+    precision = str(getattr(trainer, "precision", TRAINER_PRECISION))
+    if precision not in (TRAINER_PRECISION, "32"):
+        raise ConfigError(f"Trainer(precision={precision!r}): each pruning stage picks its own precision (bf16 autocast on "
+                          "CUDA, fp32 on a CPU; the scorer's precision setting for the importance pass); leave the "
+                          "Trainer's precision at its default")
+    if trainer.world_size > 1 and getattr(trainer, "_accelerator_connector").use_distributed_sampler:
+        raise ConfigError("Trainer(use_distributed_sampler=True) on several processes pads the pruning data by "
+                          "repeating images; pass use_distributed_sampler=False (each process reads its own share)")
+
+
+class StageCallback(pl.Callback):
+    """A Lightning callback that runs one stage of the :class:`PruningModule`'s pipeline (:attr:`stage`); its
+    presence in the Trainer's callbacks is what makes the run make that stage (:meth:`Pipeline.use_stages`)."""
+
+    stage: str = ""
+
+    def _run(self, pl_module: PruningModule) -> Any:
+        return pl_module.pipeline.run_stage(self.stage)

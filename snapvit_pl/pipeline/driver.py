@@ -41,7 +41,10 @@ from ..scoring import LocalScores
 from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
 from ..search.population import AllGather, share_by_cost
-from .extraction import Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing
+from .extraction import (
+    Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing, throughput_alone,
+    with_timed,
+)
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
@@ -148,6 +151,8 @@ class Pipeline:
         self.progress = progress
         self.events = events or RunEvents()
         self.state = RunState(self.spec, fingerprint(model), method=self.settings.record())
+        #: the stages this run makes, in order (:meth:`use_stages`)
+        self.stages: tuple[str, ...] = STAGES
         self._cost: Optional[CostModel] = None
         self._fitness_images: Optional[torch.Tensor] = None
         self._fitness: Optional[EmbeddingFitness] = None
@@ -156,6 +161,7 @@ class Pipeline:
         self._splits = SplitTable()  # the chosen splits, as the elastic scores record them
         self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
         self._inputs_source: Any = None  # the DataModule whose fingerprint the run records (record_inputs)
+        self._checked = False  # check() done
 
     # -- shared by the stages --------------------------------------------------------------------------------
     @property
@@ -191,9 +197,35 @@ class Pipeline:
         return self.progress if self.dist.is_main else "off"
 
     def _begin(self, stage: str) -> None:
-        missing = [s for s in STAGES[:STAGES.index(stage)] if s not in self.state.completed]
+        missing = [s for s in STAGES[:STAGES.index(stage)] if s in self.stages and s not in self.state.completed]
         if missing:
             raise RuntimeError(f"the {stage} stage runs after {', '.join(missing)}: run those first")
+
+    def use_stages(self, stages: Iterable[str]) -> None:
+        """Make only ``stages`` of :data:`STAGES` (a Lightning Trainer without a stage's callback leaves it out):
+        without ``search`` the block coefficients stay at their initial values, without ``export`` the run ends
+        with the scores, without ``report`` nothing is reported; the importance and the splits always run (they
+        make the scores).
+
+        Raises:
+            ConfigError: an unknown stage name.
+        """
+        stages = set(stages)
+        unknown = sorted(stages - set(STAGES))
+        if unknown:
+            raise ConfigError(f"unknown pipeline stages {unknown}; the stages are {', '.join(STAGES)}")
+        self.stages = tuple(s for s in STAGES if s in stages | {"importance", "splits"})
+
+    def run_stage(self, stage: str) -> Any:
+        """Run ``stage`` (unless done), after those of this run's earlier stages (:meth:`use_stages`) that have not
+        run yet, in the pipeline's order: whoever asks first runs them, and no stage runs twice. Returns the stage's
+        result (None when it was done already). The importance stage is a pass over the data: it is not run here."""
+        methods = {"search": self.search, "splits": self.choose_splits, "export": self.export, "report": self.report}
+        result = None
+        for name in STAGES[1:STAGES.index(stage) + 1]:
+            if (name in self.stages or name == stage) and not self.completed(name):
+                result = methods[name]()
+        return result
 
     def _end(self, stage: str) -> None:
         if stage not in self.state.completed:
@@ -269,8 +301,11 @@ class Pipeline:
         Raises:
             PruningSpecError, ConfigError: naming the budget or setting.
         """
+        if self._checked:  # once per run (prune.py checks before anything is written, the export callback again)
+            return
         s = self.settings
         check_budgets(self.model, s.export.budgets, s.importance, s.export.mlp_multiple, self.cost)
+        self._checked = True
         if "seg" in s.evaluation.metrics and self.seg_datamodule is None and not self.inputs.has_segmentation():
             raise ConfigError("evaluation.metrics: 'seg' needs segmentation data; give a SegmentationDataModule as "
                               "seg_data (e.g. the offline Fashion-MNIST canvases: --seg_data SegmentationDataModule "
@@ -454,6 +489,10 @@ class Pipeline:
         if models_dir is not None and not overwrite:  # on every rank, before any work
             refuse_existing(models_dir, [b.label() for b in budgets])
         dense_job = evaluate_dense and s.evaluation.metrics
+        # several processes: the throughput is timed after the others, by the first process alone (throughput_alone)
+        apart = self.dist.world_size > 1 and "throughput" in s.evaluation.metrics
+        settings = replace(s.evaluation, metrics=[m for m in s.evaluation.metrics if m != "throughput"]) if apart else \
+            s.evaluation
         owner = share_by_cost(flops + ([1.0] if dense_job else []), self.dist.world_size)
         mine = [b for b, r in zip(budgets, owner) if r == self.dist.rank]
         correction = None
@@ -461,15 +500,15 @@ class Pipeline:
         self.state.correction = correction_record(s.correction, corrected, self.device)
         if corrected and mine:
             correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
-        data = self.inputs.evaluation_data(s.evaluation) if mine or (dense_job and owner[-1] == self.dist.rank) else None
-        evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None
+        data = self.inputs.evaluation_data(settings) if mine or (dense_job and owner[-1] == self.dist.rank) else None
+        evaluation = Evaluation(settings, data, self.device) if data is not None else None
         self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
         timings = Timings()
         dense_metrics = None
         if evaluation is not None and dense_job and owner[-1] == self.dist.rank:
             with timings.measure("evaluation"):
                 dense_metrics = evaluation(self.model)
-        with Progress("export", len(mine), self._show(), unit="model") as bar:
+        with Progress("export", len(budgets), self._show(), unit="model") as bar:  # (every process's models)
             def finished(item: ExtractedModel) -> None:
                 bar.update(model=item.label, **{k.removesuffix("_top1"): round(100 * v, 2)
                                                 for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
@@ -479,10 +518,18 @@ class Pipeline:
                 evaluation=evaluation, save_dir=models_dir, spec=self.spec, overwrite=overwrite, cost=cost,
                 timings=timings, on_model=finished, measure_latency=cost.latency is not None,
             )
-        shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
+            shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
+            bar.update(len(budgets) - len(mine))  # the other processes' models, done too
         done = {item.label: item for share, _ in shares for item in share}
         self.state.extracted = [done[b.label()] for b in budgets]
         self.state.dense.metrics = next((m for _, m in shares if m is not None), None)
+        if apart:
+            timed = self.dist.gather(throughput_alone(self.model, self.state.extracted, s.evaluation, self.device,
+                                                      bool(dense_job)) if self.dist.is_main else None)[0]
+            for item in self.state.extracted:
+                item.metrics = with_timed(item.metrics, timed[item.label])
+            if dense_job:
+                self.state.dense.metrics = with_timed(self.state.dense.metrics, timed["dense"])
         for stage in ("correction", "evaluation"):  # this process's wall clock, as every stage's
             if getattr(timings, f"{stage}_s") is not None:
                 self.state.timings.add(stage, getattr(timings, f"{stage}_s"))
@@ -520,6 +567,7 @@ class Pipeline:
             self._end("report")
             return {}
         s = self.settings.report
+        self.state.not_run = [stage for stage in STAGES[:-1] if not self.completed(stage)]
         self.state.timings.total_s = self.state.elapsed()
         self.state.skipped_files = self.inputs.skipped_files()
         report = write_report(self.state, self.run_dir, s.print_table, s.plots, self.events.on_figure)

@@ -34,6 +34,7 @@ def build_report(state: RunState) -> dict[str, Any]:
         "skipped_files": state.skipped_files,
         "dense": dense,
         "pruned": [item.record() for item in state.extracted],
+        **({"not_run": list(state.not_run)} if state.not_run else {}),
     }
 
 
@@ -49,10 +50,11 @@ def write_report(state: RunState, run_dir: str | Path, print_table: bool = True,
     """
     run_dir = Path(run_dir)
     report = build_report(state)
-    figures = write_plots(report, run_dir / "plots", on_figure) if plots else {}
+    models = bool(report["pruned"] or report["dense"])  # none: a run that made the scores only
+    figures = write_plots(report, run_dir / "plots", on_figure) if plots and models else {}
     write_json_atomic(run_dir / "report.json", report)
     write_text_atomic(run_dir / "report.md", report_markdown(report, {k: f"plots/{p.name}" for k, p in figures.items()}))
-    if print_table:
+    if print_table and models:
         from rich.console import Console
 
         console = Console()
@@ -83,6 +85,12 @@ def _gram(scorer: dict[str, Any]) -> str:
     return f" (gram: {scorer['gram_used']}; {scorer['gram_why']})" if scorer.get("gram_used") else ""
 
 
+#: What each stage a run leaves out means (report.md).
+NOT_RUN = {"search": "search (no SearchCallback: the block coefficients stay at their initial values)",
+           "export": "export (no ExportCallback: the elastic scores only, no models)",
+           "report": "report"}
+
+
 def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = None) -> str:
     """``report.md``: settings, timings, the summary table and the figures."""
     timings = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in report["timings"].items())
@@ -98,6 +106,7 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
         if method.get("max_evaluations") else
         f"- search: none (block coefficients from {method.get('initial_range', [1, 1])[0]:g} to "
         f"{method.get('initial_range', [1, 1])[-1]:g})",
+        f"- stages not made: {', '.join(NOT_RUN[stage] for stage in report['not_run'])}" if report.get("not_run") else "",
         f"- timings: {timings}", f"- elastic scores: `{report['scores_file']}`",
     ]
     correction = report.get("correction") or {}
@@ -123,9 +132,11 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
         lines.append("- head/MLP splits chosen by the fitness: " + ", ".join(map(split, requested)) + (
             f"; {grid} more on a grid of kept parameter and FLOPs fractions (later budgets interpolate between them)"
             if grid else ""))
-    lines += ["", CAPTION[0].upper() + CAPTION[1:] + ".", "",
-              "| " + " | ".join(columns(report)) + " |", "|" + "---|" * len(columns(report))]
-    lines += ["| " + " | ".join(row) + " |" for row in rows(report)]
+    lines = [line for line in lines if line]
+    if report["pruned"] or report["dense"]:
+        lines += ["", CAPTION[0].upper() + CAPTION[1:] + ".", "",
+                  "| " + " | ".join(columns(report)) + " |", "|" + "---|" * len(columns(report))]
+        lines += ["| " + " | ".join(row) + " |" for row in rows(report)]
     for name, path in (figures or {}).items():
         lines += ["", f"![{name}]({path})"]
     return "\n".join(lines) + "\n"

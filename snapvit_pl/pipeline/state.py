@@ -141,6 +141,7 @@ class RunState:
     fingerprint: str
     method: dict[str, Any] = field(default_factory=dict)  # how the scores are computed (scorer, search settings)
     completed: list[str] = field(default_factory=list)  # the stages done, in order
+    not_run: list[str] = field(default_factory=list)  # the stages the run did not make (a Trainer without their callback)
     local: Optional[LocalScores] = None
     search: Optional[SearchResult] = None
     splits: list[SplitChoice] = field(default_factory=list)

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..device import Precision, autocast_context
 from ..errors import DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
@@ -55,6 +56,7 @@ DEFAULT_CROSS_WEIGHT = 0.5
 #: the damping of the layer input second moments of ``correction_aware`` (a share of their mean diagonal): the
 #: correction's own (:data:`snapvit_pl.correction.sparsegpt.DAMP_FRACTION`)
 CORRECTION_DAMPING = 0.01
+PRECISIONS = ("auto", "bf16", "32")
 
 
 class GaussNewtonGreedy(OutputSensitivity):
@@ -80,6 +82,8 @@ class GaussNewtonGreedy(OutputSensitivity):
         max_steps: the greedy's steps at most over the whole order (above it, several units per step).
         stages: passes over the pruning images, each re-linearising at the sub-network reached (module docstring).
         correction_aware: order for the SparseGPT-style correction that follows the cut (module docstring).
+        precision: of the pass's forward and backward passes: ``auto`` (bf16 autocast on CUDA, fp32 elsewhere;
+            :func:`snapvit_pl.device.autocast_context`), ``bf16`` or ``32``; the Gram is summed in fp32 or wider.
         seed: seed of the probes and of the Nystrom test matrix; None: prune.py's ``seed_everything`` (0 from
             Python).
     """
@@ -91,7 +95,8 @@ class GaussNewtonGreedy(OutputSensitivity):
 
     def __init__(self, probes: NonNegativeInt = DEFAULT_PROBES, gram: Gram = "auto", rank: PositiveInt = DEFAULT_RANK,
                  cross_weight: ClosedUnitInterval = DEFAULT_CROSS_WEIGHT, max_steps: PositiveInt = GREEDY_STEPS,
-                 stages: PositiveInt = 1, correction_aware: bool = False, seed: Optional[Seed] = None):
+                 stages: PositiveInt = 1, correction_aware: bool = False, precision: Precision = "auto",
+                 seed: Optional[Seed] = None):
         super().__init__(probes=probes, seed=seed)
         check_arguments(GaussNewtonGreedy.__init__, locals(), "importance.scorer.init_args", skip={"self", "__class__"})
         if gram not in GRAMS:
@@ -99,6 +104,9 @@ class GaussNewtonGreedy(OutputSensitivity):
         self.gram, self.rank, self.max_steps = gram, int(rank), int(max_steps)
         self.cross_weight = float(cross_weight)
         self.stages, self.correction_aware = int(stages), bool(correction_aware)
+        if precision not in PRECISIONS:
+            raise ScoringError(f"gn_greedy: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.precision = precision
         #: ``(form, why)`` after :meth:`setup`: the Gram form used (``auto`` resolved on the model's device)
         self.resolved: Optional[tuple[str, str]] = None
 
@@ -187,11 +195,12 @@ class GaussNewtonGreedy(OutputSensitivity):
         n = images.shape[0]
         target = None
         if self._stage > 0:
-            with torch.no_grad():
+            with torch.no_grad(), autocast_context(self._device, self.precision):
                 target = F.normalize(embed(self.model, images).float(), dim=-1)
         masks = self._masks(n)
         observe = self._observe if self.correction_aware else None
-        with torch.inference_mode(False), torch.enable_grad(), unit_masks(self._groups, masks, observe=observe):
+        with torch.inference_mode(False), torch.enable_grad(), unit_masks(self._groups, masks, observe=observe), \
+                autocast_context(self._device, self.precision):
             out = F.normalize(embed(self.model, images).float(), dim=-1)
             leaves = [masks[key] for key, _, _ in self._groups]
             linear = None

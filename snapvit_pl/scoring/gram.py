@@ -60,14 +60,14 @@ def resolve_gram(gram: str, block_sizes: list[int], device: torch.device, dtype:
         return gram, "as configured"
     need = full_gram_bytes(block_sizes, dtype)
     free = available_memory(device)
-    if device.type == "cpu":
-        budget = FULL_GRAM_CPU_BYTES if free is None else min(FULL_GRAM_CPU_BYTES, FULL_GRAM_DEVICE_SHARE * free)
-        where = (f"the {budget / 2 ** 30:.2f} GiB allowed on cpu (at most {FULL_GRAM_CPU_BYTES / 2 ** 30:.0f} GiB, "
-                 f"at most {FULL_GRAM_DEVICE_SHARE:.0%} of the {(free or 0) / 2 ** 30:.1f} GiB available)")
-    else:
-        budget = FULL_GRAM_DEVICE_SHARE * (free or 0)
-        where = f"{FULL_GRAM_DEVICE_SHARE:.0%} of the {(free or 0) / 2 ** 30:.1f} GiB free on {device}"
-    form = "full" if need <= budget else "lowrank"
+    share = FULL_GRAM_DEVICE_SHARE * (free or 0)
+    if device.type == "cpu" and (free is None or FULL_GRAM_CPU_BYTES <= share):  # the cap binds: a fixed reason
+        form = "full" if need <= FULL_GRAM_CPU_BYTES else "lowrank"
+        where = f"the {FULL_GRAM_CPU_BYTES / 2 ** 30:.0f} GiB allowed on cpu"
+    else:  # the free memory binds (its amount named only when it refuses: the record stays the same run to run)
+        form = "full" if need <= share else "lowrank"
+        where = f"{FULL_GRAM_DEVICE_SHARE:.0%} of the memory free on {device}" + (
+            "" if form == "full" else f" ({(free or 0) / 2 ** 30:.1f} GiB free)")
     return form, f"auto: the full Gram takes {need / 2 ** 30:.2f} GiB, {'within' if form == 'full' else 'over'} {where}"
 
 

@@ -268,7 +268,7 @@ def test_gn_greedy_takes_its_floors_from_the_importance_settings():
     with pytest.raises(TypeError):
         GaussNewtonGreedy(min_mlp_keep=0.05)  # no second knob
     scorer = ImportanceSettings(GaussNewtonGreedy(probes=1), min_mlp_keep=0.5, min_head_keep=0.5).scorer
-    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "rank", "cross_weight", "max_steps", "stages", "correction_aware", "seed"}
+    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "rank", "cross_weight", "max_steps", "stages", "correction_aware", "precision", "seed"}
     clone = pickle.loads(pickle.dumps(scorer))
     assert (clone.min_mlp_keep, clone.min_head_keep) == (0.5, 0.5)
     model, x = build("dino_vit").double(), views(4)[:, 0].double()

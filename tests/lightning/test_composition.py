@@ -1,0 +1,101 @@
+"""The user's design as Lightning users compose it (issue 47): a ``PruningModule``, a DataModule and the stage callbacks
+in a plain ``pl.Trainer``, without ``prune.py``'s wiring (``configure_pipeline`` optional): every callback, any order,
+each one optional with a meaning, a user's own callback reading the scores, one and two processes; the scores are
+``prune.py``'s for the same settings."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from compose import PRUNE_ARGS, compose
+from snapvit_pl.callbacks import STAGE_CALLBACKS
+from snapvit_pl.elastic import ElasticScores
+from snapvit_pl.errors import ConfigError
+from snapvit_pl.lightning.pruning_module import PruningModule
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(),
+                                reason="apt-get install dataset-fashion-mnist")
+
+
+@pytest.fixture(scope="module")
+def prune_py(tmp_path_factory) -> ElasticScores:
+    """The same run through ``prune.py``."""
+    out = tmp_path_factory.mktemp("prune_py")
+    done = subprocess.run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(out / "run"), *PRUNE_ARGS],
+                          capture_output=True, text=True, cwd=out, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ElasticScores.load(out / "run" / "elastic_scores.safetensors")
+
+
+def same_scores(a: ElasticScores, b: ElasticScores) -> bool:
+    return (all(torch.equal(x, y) for x, y in zip(a.head_scores, b.head_scores))
+            and all(torch.equal(x, y) for x, y in zip(a.neuron_scores, b.neuron_scores))
+            and a.splits == b.splits and a.fingerprint == b.fingerprint and a.settings == b.settings)
+
+
+def test_a_plain_trainer_with_every_stage_callback_makes_prune_py_s_scores_and_models(prune_py, tmp_path):
+    module = compose(tmp_path, reader=True)
+    scores = ElasticScores.load(tmp_path / "elastic_scores.safetensors")
+    assert same_scores(scores, prune_py)
+    assert module.pipeline.state.completed == ["importance", "search", "splits", "export", "report"]
+    assert (tmp_path / "models" / "flops0.6" / "model.safetensors").exists()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert "not_run" not in report and [m["label"] for m in report["pruned"]] == ["flops0.6"]
+    # the user's own callback read the scores after the splits and cut a model from them
+    read = json.loads((tmp_path / "reader.json").read_text())
+    assert read["blocks"] == 2 and read["heads"] == [4, 4] and 0 < read["params"] < sum(
+        p.numel() for p in module.backbone.parameters())
+
+
+def test_without_the_search_callback_the_coefficients_stay_and_the_report_says_so(prune_py, tmp_path):
+    module = compose(tmp_path, without="SearchCallback")
+    assert module.pipeline.state.search is None and module.scores.coefficients is None
+    assert "search" not in module.pipeline.state.completed
+    assert json.loads((tmp_path / "report.json").read_text())["not_run"] == ["search"]
+    assert "search (no SearchCallback: the block coefficients stay at their initial values)" in \
+        (tmp_path / "report.md").read_text()
+    assert same_scores(ElasticScores.load(tmp_path / "elastic_scores.safetensors"), prune_py)  # (no evaluations)
+
+
+def test_without_the_export_callback_the_run_makes_the_scores_only(tmp_path):
+    module = compose(tmp_path, without="ExportCallback")
+    assert (tmp_path / "elastic_scores.safetensors").exists() and not (tmp_path / "models").exists()
+    assert json.loads((tmp_path / "report.json").read_text())["not_run"] == ["export"]
+    assert module.scores.extract(module.backbone, flops=0.6) is not None
+
+
+def test_the_stages_run_in_the_pipeline_s_order_whatever_the_callbacks_order(monkeypatch, tmp_path):
+    import compose as composed
+
+    monkeypatch.setattr(composed, "STAGE_CALLBACKS", tuple(reversed(STAGE_CALLBACKS)))
+    module = compose(tmp_path)
+    assert module.pipeline.state.completed == ["importance", "search", "splits", "export", "report"]
+
+
+@pytest.mark.slow
+def test_two_processes_make_the_single_process_scores(prune_py, tmp_path):
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "compose.py"), str(tmp_path), "2"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert same_scores(ElasticScores.load(tmp_path / "elastic_scores.safetensors"), prune_py)
+    assert (tmp_path / "models" / "flops0.6" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"strategy": "ddp"}, r"Trainer\(strategy=DDPStrategy\): .* pass strategy=snapvit_pl.lightning.strategy.PruningDDPStrategy"),
+    ({"precision": "bf16-mixed"}, r"Trainer\(precision='bf16-mixed'\): each pruning stage picks its own precision"),
+])
+def test_trainer_settings_no_stage_can_honour_are_one_error(options, message):
+    from compose import MODEL_KWARGS
+
+    module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, **options)
+    module.trainer = trainer
+    with pytest.raises(ConfigError, match=message):
+        module.setup("fit")
