@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 #: Printed (and written into the report) when a run's models are not corrected.
 CORRECTION_HINT = ("the pruned models are not corrected: --correction.enabled true corrects each one (seconds per model "
                    "on a GPU, minutes at full size on a CPU; auto: only on accelerators), worth the most where pruning "
-                   "costs the most accuracy (docs/method.md, section 4)")
+                   "costs the most accuracy (the documentation site, page 'The method', section 4)")
 
 
 def correction_record(settings: CorrectionSettings, applied: bool, device: torch.device | str) -> dict[str, Any]:
@@ -133,6 +134,27 @@ def resolved_model(budget: Budget, scores: ElasticScores, cost: CostModel, mlp_m
                     "rounded to multiples, never below the protected neurons): %.4f of the MLP neurons removed, not "
                     "%.4f", budget.describe(), multiple, extra, mlp_ratio, item.mlp_ratio, mlp_ratio)
     return item
+
+
+def throughput_alone(base: nn.Module, items: Sequence[ExtractedModel], settings: EvaluationSettings,
+                     device: Optional[torch.device], dense: bool = True) -> dict[str, dict[str, Any]]:
+    """The throughput metric of the dense model (key ``dense``, with ``dense``) and of each model of ``items``, timed
+    one after the other by this process alone: a multi-process export times them so, once the other processes have
+    finished (timed side by side, processes sharing a machine's cores slow each other down: the dense model's
+    images/s described two processes, not the model)."""
+    only = replace(settings, metrics=["throughput"])
+    timed = {"dense": evaluate_model(base, EvalData(), only, device=device, count_cost=False)} if dense else {}
+    for item in items:
+        model = prune_(copy.deepcopy(base), item.subnet)  # (a corrected model has the same shapes, so the same speed)
+        timed[item.label] = evaluate_model(model, EvalData(), only, device=device, count_cost=False)
+    return timed
+
+
+def with_timed(metrics: Optional[dict[str, Any]], timed: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with the throughput of :func:`throughput_alone` added (their ``timings_s`` merged)."""
+    merged = {**(metrics or {}), **{k: v for k, v in timed.items() if k != "timings_s"}}
+    merged["timings_s"] = {**(metrics or {}).get("timings_s", {}), **timed.get("timings_s", {})}
+    return merged
 
 
 def refuse_existing(save_dir: str | Path, labels: Sequence[str]) -> None:

@@ -44,11 +44,30 @@ def accuracy_figure(report: dict[str, Any], size: str) -> Optional[Figure]:
 
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: human(value, dense[size])))
     ax.margins(x=0.08, y=0.12)
-    ax.set(xlabel=name, ylabel="top-1 / mIoU (%)", title=f"{report['model']['model_name']}: accuracy against {name}")
+    measured = [what for what, keys in (("top-1", [m for m in metrics if m.endswith("_top1")]),
+                                        ("mIoU", [m for m in metrics if m == "seg_miou"])) if keys]
+    ax.set(xlabel=name, ylabel=f"{' / '.join(measured) or 'accuracy'} (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9, loc="lower right")
-    fig.tight_layout()
+    fit_title(fig, ax, f"{report['model']['model_name']}: accuracy against {name}")
     return fig
+
+
+def fit_title(fig: Figure, ax: Any, title: str) -> None:
+    """Give ``ax`` the title ``title``, wrapped onto as many lines as it takes to fit the figure's width (a long model
+    name and axis were cut off at the right), then lay the figure out."""
+    import textwrap
+
+    width = len(title)
+    while True:
+        ax.set_title(textwrap.fill(title, width, break_on_hyphens=False, break_long_words=True))
+        fig.tight_layout()
+        box = ax.title.get_window_extent(renderer=fig.canvas.get_renderer())
+        if width <= 10 or (box.x0 >= 0 and box.x1 <= fig.bbox.x1):
+            return
+        centre = (box.x0 + box.x1) / 2  # (the title is centred over the axes, not over the figure)
+        room = 2 * min(centre - fig.bbox.x0, fig.bbox.x1 - centre)
+        width = max(10, min(width - 1, int(width * room / max(box.width, 1))))
 
 
 def kept_units_figure(report: dict[str, Any]) -> Optional[Figure]:

@@ -103,3 +103,25 @@ def test_the_report_shows_what_each_model_removes_and_keeps_the_request_apart():
     assert (entry["head_ratio"], entry["requested_head_ratio"]) == (0.0, 0.011111)
     assert rows(report)[1][1] == "0.15/0.00"
     assert "sparsity0.1 head ratio 0.01 (schedule 0.11) -> 0.00 removed" in report_markdown(report)
+
+
+def test_the_accuracy_plots_name_what_was_measured_and_their_titles_fit():
+    """The axis named mIoU with no mIoU measured, and a long title was cut off at the right (reported twice)."""
+    import matplotlib.pyplot as plt
+
+    from snapvit_pl.pipeline.plots import accuracy_figure
+
+    report = build_report(_finished_state(2))
+    report["model"]["model_name"] = "hf-hub:some-organisation/a-rather-long-name-of-a-vit-base-patch16-224-model"
+    for size in ("params", "flops"):
+        fig = accuracy_figure(report, size)
+        ax = fig.axes[0]
+        assert ax.get_ylabel() == "top-1 (%)"
+        box = ax.title.get_window_extent(renderer=fig.canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.x1, (box, fig.bbox)
+        plt.close(fig)
+    for entry in [report["dense"], *report["pruned"]]:
+        entry["metrics"]["seg_miou"] = 0.5
+    fig = accuracy_figure(report, "params")
+    assert fig.axes[0].get_ylabel() == "top-1 / mIoU (%)"
+    plt.close(fig)
