@@ -96,3 +96,4 @@ def test_budgets_given_to_fit_elastic_get_their_split_recorded():
     from snapvit_pl.models import count_params
 
     assert count_params(small) <= 0.6 * count_params(model)
+    assert count_params(scores.extract(model, sparsity=0)) == count_params(model)  # the split of 0.4 removes nothing

@@ -298,6 +298,10 @@ def resolve(
         return costs[cut]
 
     if cost_at(0.0) <= target:
+        if head_ratio is not None and path(0.0)[1] > 0 and cost_at(0.0) < dense:
+            # the split's heads alone already meet the budget: they would remove more than it asks (a sparsity 0.02
+            # cut at a split chosen for 0.5): the smallest cut along the schedule, from nothing removed, meets it
+            return resolve(budget, head_scores, neuron_scores, cost, min_mlp_keep, min_head_keep, mlp_multiple)
         return select(*path(0.0)), *path(0.0)
     smallest = cost_at(t_end)
     if smallest > target:

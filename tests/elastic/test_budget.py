@@ -89,3 +89,44 @@ def test_budgets_sharing_a_label_are_refused_when_parsed(budgets):
 def test_an_empty_budget_says_what_it_got():
     with pytest.raises(PruningSpecError, match=r"got \{\}: e.g. \{flops: 0.5\}"):
         Budget.parse({})
+
+
+def _split_tables():
+    """The head/MLP splits a run records: one budget's alone (a run asked for sparsity 0.5 only), and a grid."""
+    from snapvit_pl.elastic.splits import SplitTable
+
+    one = SplitTable({"params": [(0.5, 0.5)], "flops": [(0.5, 0.5)]})
+    grid = [(k / 10, 0.85 - 0.6 * k / 10) for k in range(3, 10)]  # many: the deeper the cut, the more heads removed
+    return {"one split": one, "many splits": SplitTable({"params": grid, "flops": grid})}
+
+
+@pytest.mark.parametrize("splits", ["one split", "many splits"])
+@pytest.mark.parametrize("metric", ["sparsity", "params", "flops"])
+def test_a_cost_budget_never_removes_more_than_it_asks(metric, splits):
+    """From nothing removed to the deepest cut the keep ratios allow, in steps of 1%: every budget is met, and within
+    one unit step of its target (a head and a neuron): a split recorded for another budget never removes more (from a
+    run whose only budget was sparsity 0.5, sparsity 0 removed 3.6% of the parameters, params 0.99 as much)."""
+    model = load_backbone(FAMILIES["dino_vit"])
+    scores, cost = _elastic(model), CostModel(model)
+    scores.splits = _split_tables()[splits]
+    kind = "params" if metric == "sparsity" else metric
+    dense, measure = (cost.dense_params, cost.params) if kind == "params" else (cost.dense_flops, cost.flops)
+    per_head, per_neuron = (cost.head_params, cost.neuron_params) if kind == "params" else (cost.head_flops,
+                                                                                           cost.neuron_flops)
+    step = max(per_head) + max(per_neuron)
+    checked = 0
+    for percent in range(0, 100):
+        keep = 1 - percent / 100
+        budget = Budget(sparsity=percent / 100) if metric == "sparsity" else Budget(**{metric: keep})
+        try:
+            subnet = scores.subnet(budget, cost)[0]
+        except PruningSpecError:  # past the deepest cut: every deeper one is refused too
+            break
+        achieved, target = measure(subnet), keep * dense
+        assert achieved <= target, f"{budget.describe()}: {achieved} above the target {target:.0f}"
+        assert achieved == dense or target - achieved < step, \
+            f"{budget.describe()}: {achieved} is {target - achieved:.0f} below the target, more than one step ({step:.0f})"
+        checked += 1
+    assert checked > 40  # the sweep reached deep cuts (the keep ratios allow about 60% here)
+    assert measure(scores.subnet(Budget(**({"sparsity": 0.0} if metric == "sparsity" else {metric: 1.0})), cost)[0]) \
+        == dense

@@ -34,7 +34,8 @@ def test_save_load_round_trip_and_fingerprint(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(loaded.neuron_scores, scores.neuron_scores))
     loaded.check_model(model)
     with pytest.raises(CheckpointError, match="computed for other weights"):
-        loaded.check_model(load_backbone(FAMILIES["dino_vit"]))  # same architecture, new random weights
+        loaded.check_model(load_backbone(BackboneSpec(FAMILIES["dino_vit"].model_name, False, None,
+                                                      FAMILIES["dino_vit"].model_kwargs, seed=1)))  # other weights
     with pytest.raises(CheckpointError, match="but the model has heads"):
         loaded.check_model(load_backbone(BackboneSpec("vit_small_patch16_224", False, None, dict(FAMILIES["dino_vit"].model_kwargs, num_heads=2))))
 
