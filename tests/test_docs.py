@@ -47,6 +47,36 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     for name in ("fit_elastic", "ElasticScores", "load_pruned", "Budget", "OutputSensitivity", "GaussNewtonGreedy"):
         assert f'id="snapvit_pl.' in api and name in api, name
+    assert 'class="autorefs autorefs-internal"' in api  # the docstrings' cross-references are links
+    unrendered = {str(page.relative_to(tmp_path / "site")): found for page in sorted((tmp_path / "site").rglob("*.html"))
+                  if (found := leftover_markup(page.read_text()))}
+    assert not unrendered, unrendered
+
+
+#: What a page shows when its Markdown or its docstrings were not rendered: a reST role (``:class:`x```), a table
+#: left as text (its separator row ``|---|``, a table without a blank line before it or with rows of another width).
+RAW_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|mod|attr|data|obj|exc|const):(?:`|<code>)")
+RAW_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\|")
+
+
+def leftover_markup(page: str) -> list[str]:
+    """The raw reST roles, unrendered tables and repeated top headings of one built HTML page (code excepted)."""
+    text = re.sub(r"<pre\b.*?</pre>", "", page, flags=re.S)
+    text = re.sub(r"<code>.*?</code>", "<code></code>", text, flags=re.S)  # code shows markup on purpose
+    found = [f"raw role {m.group(0)}" for m in RAW_ROLE.finditer(text)]
+    found += [f"unrendered table {m.group(0)}" for m in RAW_TABLE.finditer(re.sub(r"<[^>]+>", "", text))]
+    headings = re.findall(r"<h1[^>]*>(.*?)</h1>", page, flags=re.S)
+    found += [f"a second <h1> {h}" for h in sorted(set(headings)) if headings.count(h) > 1]
+    return found
+
+
+def test_the_docs_check_finds_raw_roles_unrendered_tables_and_repeated_headings():
+    assert leftover_markup("<p>A <code>x</code> and <a href='#'>y</a>.</p><table><tr><td>a</td></tr></table>") == []
+    assert leftover_markup("<p>see :class:<code>~snapvit_pl.Pipeline</code></p>") == [
+        "raw role :class:<code>"]
+    assert leftover_markup("<p>rows:\n| a | b |\n|---|---|\n| 1 | 2 |</p>") == ["unrendered table |---|"]
+    assert leftover_markup("<pre><code>|---|---|</code></pre><p><code>:meth:`x`</code></p>") == []
+    assert leftover_markup("<h1 id='a'>Data</h1><p>x</p><h1 id='b'>Data</h1>") == ["a second <h1> Data"]
 
 
 @pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="apt-get install dataset-fashion-mnist")
