@@ -110,17 +110,40 @@ def _resolve(python: Path, requirements: list[str], report: Path) -> subprocess.
                            str(report), *requirements], capture_output=True, text=True, env=env)
 
 
+def venv_over_this_environment(folder: Path) -> tuple[Path, Path]:
+    """A fresh venv at ``folder`` that sees the packages of the environment running the tests (behind its own): a .pth
+    file lists this interpreter's site-packages. Not ``--system-site-packages``: that is the *base* interpreter's,
+    which inside a virtual environment (where contributors run the tests) lacks what the environment installed.
+    Returns the venv's python and its site-packages."""
+    venv.create(folder, with_pip=False)
+    python = folder / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    installed = [p for p in sys.path if Path(p).is_dir() and Path(p).name in ("site-packages", "dist-packages")]
+    (site / "the_tests_packages.pth").write_text("\n".join(installed) + "\n")
+    return python, site
+
+
+def test_a_venv_made_by_the_tests_sees_this_environments_packages(tmp_path):
+    """Whether the tests run in a virtual environment or not, the venvs they make import what this process imports
+    (pytorch_lightning from the same file), not the base interpreter's packages (with --system-site-packages a venv
+    inside a venv missed pytorch_lightning: the wheel test failed for every contributor using a venv)."""
+    import importlib.util
+
+    python, _ = venv_over_this_environment(tmp_path / "venv")
+    code = "import importlib.util as u; print(u.find_spec('pytorch_lightning').origin)"
+    found = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env={
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")})
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert Path(found.stdout.strip()) == Path(importlib.util.find_spec("pytorch_lightning").origin)
+
+
 def test_installing_keeps_a_torch_the_user_already_has(tmp_path):
     """A venv that already has another torch than the one tested (here a newer 2.15.0, as a CUDA build of one's
     own would be): pip resolves the project's dependencies (those ``pip install -e .`` reads from pyproject.toml)
     without replacing it, since they are lower bounds. Hermetic: the venv sees this interpreter's packages (pip
     included) behind its own, and resolving needs no build backend (no ``wheel``), no index and no network."""
-    venv.create(tmp_path / "venv", with_pip=False)
-    python = tmp_path / "venv" / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
-    installed = [p for p in sys.path if Path(p).is_dir() and Path(p).name in ("site-packages", "dist-packages")]
-    (site / "the_tests_packages.pth").write_text("\n".join(installed) + "\n")
+    python, site = venv_over_this_environment(tmp_path / "venv")
     dist = site / "torch-2.15.0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\n")
@@ -147,9 +170,9 @@ def _not_copied(folder: str, names: list[str]) -> set[str]:
 @pytest.mark.slow
 def test_the_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     """Builds the wheel (``pip wheel --no-deps --no-build-isolation``, from a copy of the checkout: nothing is written
-    into it), installs it, not editable, into a fresh venv (``--system-site-packages``: torch and the rest come from
-    this environment; the wheel with ``--no-deps``), and from an empty directory runs ``snapvit-pl --version``, the
-    offline demo and one named preset with the quick overlay and random weights.
+    into it), installs it, not editable, into a fresh venv (:func:`venv_over_this_environment`: torch and the rest
+    come from this environment; the wheel with ``--no-deps``), and from an empty directory runs
+    ``snapvit-pl --version``, the offline demo and one named preset with the quick overlay and random weights.
 
     The demo runs with a few tiny overrides (48 pruning images, 32 fitness images, 8 PCA components, no split grid,
     no evaluation): the full demo takes ~70 s on one thread; the table is printed all the same. The preset
@@ -173,7 +196,7 @@ def test_the_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
             "snapvit_pl/callbacks/__init__.py"} <= names
     assert not any(n.startswith(("callbacks/", "configs/", "assets/", "tests/", "benchmarks/")) for n in names)
 
-    venv.create(tmp_path / "venv", system_site_packages=True, with_pip=False)
+    venv_over_this_environment(tmp_path / "venv")
     bin_dir = tmp_path / "venv" / "bin"
     install = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "--no-index",
                               "--ignore-installed", "--quiet", str(wheel)], capture_output=True, text=True, env=env)
