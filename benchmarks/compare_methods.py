@@ -68,6 +68,7 @@ from snapvit_pl.pipeline import (  # noqa: E402
 )
 from snapvit_pl.pipeline.importance import match_global_views  # noqa: E402
 from snapvit_pl.scoring import build_scorer  # noqa: E402
+from snapvit_pl.scoring.base import ScoringContext  # noqa: E402
 
 @dataclass(frozen=True)
 class Method:
@@ -170,13 +171,14 @@ def method_scores(method: str, setup: PruneSetup, log: Progress, shared: dict[st
         scorer = config_scorer if name == config_scorer.name else build_scorer(name, **kwargs)
         dm = setup.datamodule
         dm.train_views = scoring_views(scorer)
-        if dm.train_views == "multicrop":  # the teacher's inputs: the data's global crops (as prune.py hands them over)
-            match_global_views(dm, scorer)
+        # the teacher's inputs: the data's global crops (as prune.py hands them over), and the run's keep ratios
+        context = ScoringContext(min_mlp_keep=setup.importance.min_mlp_keep, min_head_keep=setup.importance.min_head_keep,
+                                 global_views=match_global_views(dm, scorer) if dm.train_views == "multicrop" else None)
         model = setup.model
         if scorer.requires_labels and not getattr(model, "num_classes", 0):
             model = with_probe_head(setup)  # a backbone without classifier: a linear probe stands in for it
             info["head"] = "linear probe on the pruning images"
-        shared[name] = local_importance(scorer, model, dm.train_dataloader() if scorer.requires_data else [])
+        shared[name] = local_importance(scorer, model, dm.train_dataloader() if scorer.requires_data else [], context)
         info["scoring_s"] = time.perf_counter() - started
     local = shared[name].allocated(spec.allocation)
     if spec.allocation != "global":

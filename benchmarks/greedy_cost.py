@@ -134,17 +134,19 @@ def shape_row(name: str, shape: tuple[int, int, int], dim: int, landed: Any, ski
 
 def development_row(name: str, landed: Any, images: Optional[int]) -> dict[str, Any]:
     """The default scorer's Gram of development model ``name`` over its pruning images; both greedies on it."""
-    from snapvit_pl.pipeline import local_importance
+    from snapvit_pl.models.units import min_kept
+    from snapvit_pl.scoring.base import ScoringContext
 
     setup = prune_setup(*model_overrides(name), *([f"--data.init_args.max_samples={images}"] if images else []))
-    scorer = setup.importance.scorer
+    context = ScoringContext(min_mlp_keep=setup.importance.min_mlp_keep, min_head_keep=setup.importance.min_head_keep)
+    scorer = setup.importance.scorer.accumulator(setup.model, context)  # the pass prune.py makes, kept to order
     setup.datamodule.train_views = "plain"
-    local_importance(scorer, setup.model, setup.datamodule.train_dataloader())
+    for batch in setup.datamodule.train_dataloader():
+        scorer.update(batch)
+    scorer.reduce(lambda t: t)
     sizes = [g.num_units for _, _, g in scorer._groups]
     group = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
-    from snapvit_pl.models.units import min_kept
-
-    keep = [min_kept(g.num_units, scorer.min_head_keep if kind == "heads" else scorer.min_mlp_keep)
+    keep = [min_kept(g.num_units, context.min_head_keep if kind == "heads" else context.min_mlp_keep)
             for _, kind, g in scorer._groups]
     removable = torch.tensor([n - k for n, k in zip(sizes, keep)])
     cost = scorer._unit_params()

@@ -66,6 +66,7 @@ from snapvit_pl.pipeline import (  # noqa: E402
     scoring_views, split_table,
 )
 from snapvit_pl.scoring import LocalScores  # noqa: E402
+from snapvit_pl.scoring.base import ScoringContext  # noqa: E402
 from snapvit_pl.search import SearchSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,13 +244,14 @@ def local_scores(variant: Variant, setup, model_name: str, seed: int, cache: Pat
         scorer = research_scorer(variant.scorer, **variant.kwargs)
         if variant.scorer == "random":
             scorer = research_scorer("random", seed=seed)
-        scorer.use_keep_ratios(setup.importance.min_mlp_keep, setup.importance.min_head_keep)  # as ImportanceSettings
+        context = ScoringContext(min_mlp_keep=setup.importance.min_mlp_keep,  # as the run hands them over
+                                 min_head_keep=setup.importance.min_head_keep)
         dm = setup.datamodule
         dm.train_views = variant.views or scoring_views(scorer)
         model = setup.model
         if scorer.requires_labels and not getattr(model, "num_classes", 0):
             model = with_probe_head(setup)  # a backbone without classifier (compare_methods does the same)
-        return local_importance(scorer, model, dm.train_dataloader() if scorer.requires_data else [])
+        return local_importance(scorer, model, dm.train_dataloader() if scorer.requires_data else [], context)
 
     return cached(path, compute)
 

@@ -37,14 +37,12 @@ from ..models.loading import BackboneSpec, fingerprint
 from ..models.surgery import architecture
 from ..models.modes import eval_mode
 from ..progress import Progress, ProgressMode
-from ..scoring import LocalScores
+from ..scoring import LocalScores, Scorer
+from ..scoring.base import ScoringContext
 from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
 from ..search.population import AllGather, share_by_cost
-from .extraction import (
-    Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing, throughput_alone,
-    with_timed,
-)
+from .extraction import Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
@@ -162,6 +160,8 @@ class Pipeline:
         self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
         self._inputs_source: Any = None  # the DataModule whose fingerprint the run records (record_inputs)
         self._checked = False  # check() done
+        self._scorer: Optional[Scorer] = None  # the importance pass's scorer, bound to the model (start_importance)
+        self._data_context: dict[str, Any] = {}  # what the data tells the scorer (use_datamodule)
 
     # -- shared by the stages --------------------------------------------------------------------------------
     @property
@@ -250,7 +250,7 @@ class Pipeline:
         from .importance import prepare_pruning_data
         from .inputs import DataModuleInputs
 
-        prepare_pruning_data(datamodule, self.model, self.settings.importance.scorer)
+        self._data_context = prepare_pruning_data(datamodule, self.model, self.settings.importance.scorer)
         if not getattr(datamodule, "labeled", True):
             needs = [m for m in self.settings.evaluation.metrics if m != "throughput"]
             if needs or self.settings.importance.scorer.requires_labels:
@@ -330,11 +330,17 @@ class Pipeline:
         self._begin("importance")
         if self.completed("importance"):
             return
-        scorer = self.settings.importance.scorer
-        scorer.setup(self.model, None)
+        scorer = self._scorer = self.settings.importance.scorer.accumulator(self.model, self.scoring_context())
         total = None if batches is None else batches * scorer.passes
         bar = Progress("importance", total, self._show() if scorer.requires_data else "off", unit="batch")
         self._importance = {"started": time.perf_counter(), "bar": bar, "memory": self._start_memory(), "pass": 1}
+
+    def scoring_context(self) -> ScoringContext:
+        """What this run hands its scorer: the keep ratios (``importance.min_mlp_keep`` / ``min_head_keep``) and, from a
+        DataModule (:meth:`use_datamodule`), its global crops per sample and batch size."""
+        importance = self.settings.importance
+        return ScoringContext(min_mlp_keep=importance.min_mlp_keep, min_head_keep=importance.min_head_keep,
+                              **self._data_context)
 
     @property
     def importance_passes(self) -> int:
@@ -348,7 +354,7 @@ class Pipeline:
             if self.completed("importance"):
                 return {}
             raise RuntimeError("importance_step before start_importance")
-        scorer = self.settings.importance.scorer
+        scorer = self._scorer
         metrics = scorer.update(batch) if scorer.requires_data else {}
         self._importance["bar"].update(**metrics)
         return metrics
@@ -360,7 +366,7 @@ class Pipeline:
             return self.state.local
         if self._importance is None:
             raise RuntimeError("finish_importance before start_importance")
-        scorer = self.settings.importance.scorer
+        scorer = self._scorer
         scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
         if scorer.requires_data and self._importance["pass"] < scorer.passes:
             scorer.next_pass()
@@ -369,7 +375,7 @@ class Pipeline:
         self._importance["bar"].close()
         self.state.local = scorer.compute().allocated(self.settings.importance.allocation)
         self._record_scorer_choices(scorer.choices())
-        scorer.release()  # the accumulators (a Gram of gigabytes) are not needed once the scores exist
+        self._scorer = None  # its accumulators (a Gram of gigabytes) are not needed once the scores exist
         self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
         self.state.peak_memory_mb["importance"] = round(self._importance["memory"].peak_mb(), 1)
         self._importance = None
@@ -489,10 +495,6 @@ class Pipeline:
         if models_dir is not None and not overwrite:  # on every rank, before any work
             refuse_existing(models_dir, [b.label() for b in budgets])
         dense_job = evaluate_dense and s.evaluation.metrics
-        # several processes: the throughput is timed after the others, by the first process alone (throughput_alone)
-        apart = self.dist.world_size > 1 and "throughput" in s.evaluation.metrics
-        settings = replace(s.evaluation, metrics=[m for m in s.evaluation.metrics if m != "throughput"]) if apart else \
-            s.evaluation
         owner = share_by_cost(flops + ([1.0] if dense_job else []), self.dist.world_size)
         mine = [b for b, r in zip(budgets, owner) if r == self.dist.rank]
         correction = None
@@ -500,15 +502,15 @@ class Pipeline:
         self.state.correction = correction_record(s.correction, corrected, self.device)
         if corrected and mine:
             correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
-        data = self.inputs.evaluation_data(settings) if mine or (dense_job and owner[-1] == self.dist.rank) else None
-        evaluation = Evaluation(settings, data, self.device) if data is not None else None
+        data = self.inputs.evaluation_data(s.evaluation) if mine or (dense_job and owner[-1] == self.dist.rank) else None
+        evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None
         self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
         timings = Timings()
         dense_metrics = None
         if evaluation is not None and dense_job and owner[-1] == self.dist.rank:
             with timings.measure("evaluation"):
                 dense_metrics = evaluation(self.model)
-        with Progress("export", len(budgets), self._show(), unit="model") as bar:  # (every process's models)
+        with Progress("export", len(mine), self._show(), unit="model") as bar:
             def finished(item: ExtractedModel) -> None:
                 bar.update(model=item.label, **{k.removesuffix("_top1"): round(100 * v, 2)
                                                 for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
@@ -518,18 +520,10 @@ class Pipeline:
                 evaluation=evaluation, save_dir=models_dir, spec=self.spec, overwrite=overwrite, cost=cost,
                 timings=timings, on_model=finished, measure_latency=cost.latency is not None,
             )
-            shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
-            bar.update(len(budgets) - len(mine))  # the other processes' models, done too
+        shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
         done = {item.label: item for share, _ in shares for item in share}
         self.state.extracted = [done[b.label()] for b in budgets]
         self.state.dense.metrics = next((m for _, m in shares if m is not None), None)
-        if apart:
-            timed = self.dist.gather(throughput_alone(self.model, self.state.extracted, s.evaluation, self.device,
-                                                      bool(dense_job)) if self.dist.is_main else None)[0]
-            for item in self.state.extracted:
-                item.metrics = with_timed(item.metrics, timed[item.label])
-            if dense_job:
-                self.state.dense.metrics = with_timed(self.state.dense.metrics, timed["dense"])
         for stage in ("correction", "evaluation"):  # this process's wall clock, as every stage's
             if getattr(timings, f"{stage}_s") is not None:
                 self.state.timings.add(stage, getattr(timings, f"{stage}_s"))

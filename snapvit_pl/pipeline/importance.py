@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError, DataError
 from ..progress import Progress, ProgressMode
 from ..scoring import LocalScores, Scorer
+from ..scoring.base import ScoringContext
 
 AllReduceSum = Callable[[Tensor], Tensor]
 DataViews = Literal["multicrop", "labeled", "plain"]
@@ -47,18 +48,18 @@ def check_train_views(datamodule: Any, scorer: Scorer) -> DataViews:
     return needed
 
 
-def match_global_views(datamodule: Any, scorer: Scorer) -> None:
-    """Hand a multi-crop scorer the DataModule's global crops per sample (``data.init_args.n_global_views``: its
-    teacher's inputs); refuse a scorer ``n_global`` that differs, and views a self-distillation loss cannot use.
-
-    A DataModule-like object without ``multicrop_args`` makes its own views: nothing is handed over.
+def match_global_views(datamodule: Any, scorer: Scorer) -> Optional[int]:
+    """The DataModule's global crops per sample (``data.init_args.n_global_views``: a multi-crop scorer's teacher
+    inputs, for its :class:`~snapvit_pl.scoring.base.ScoringContext`); refuse a scorer ``n_global`` that differs, and
+    views a self-distillation loss cannot use. None for a DataModule-like object without ``multicrop_args`` (it makes
+    its own views).
 
     Raises:
         ConfigError: naming both options.
     """
     multicrop = getattr(datamodule, "multicrop_args", None)
     if multicrop is None:
-        return
+        return None
     data_global, data_local = int(multicrop["n_global"]), int(multicrop.get("n_local", 0))
     own = getattr(scorer, "n_global", None)
     if own is not None and int(own) != data_global:
@@ -71,12 +72,13 @@ def match_global_views(datamodule: Any, scorer: Scorer) -> None:
             f"the {scorer.name} scorer compares a teacher's global crops with every view of a sample: it needs "
             f"data.init_args.n_global_views >= 1 and at least 2 views in all, got n_global_views {data_global} and "
             f"n_local_views {data_local}")
-    scorer.use_global_views(data_global)
+    return data_global
 
 
-def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> None:
-    """Set a DataModule up for the importance pass: the model's input format and the views ``scorer`` needs (for a
-    multi-crop scorer, the data's global crops per sample are handed to it: :func:`match_global_views`).
+def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> dict[str, Any]:
+    """Set a DataModule up for the importance pass: the model's input format and the views ``scorer`` needs. Returns
+    what the data tells the scorer (:class:`~snapvit_pl.scoring.base.ScoringContext` fields): the global crops per
+    sample of a multi-crop scorer (:func:`match_global_views`) and the batch size.
 
     Raises:
         DataError: the pruning data set is empty.
@@ -84,8 +86,7 @@ def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> N
             other than the scorer's; the scorer's ``n_global`` differs from ``data.init_args.n_global_views``.
     """
     views = check_train_views(datamodule, scorer)
-    if views == "multicrop":
-        match_global_views(datamodule, scorer)
+    global_views = match_global_views(datamodule, scorer) if views == "multicrop" else None
     datamodule.configure_for_model(model)
     images = len(datamodule.dataset("train"))
     if images == 0:
@@ -97,30 +98,31 @@ def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> N
         raise ConfigError(f"data.batch_size {datamodule.batch_size} is larger than the {images} pruning images; "
                           f"lower data.init_args.batch_size{more}")
     datamodule.train_views = views
-    scorer.use_batch_size(datamodule.batch_size)
+    return {"global_views": global_views, "batch_size": int(datamodule.batch_size)}
 
 
 def local_importance(
     scorer: Scorer,
     model: nn.Module,
     batches: Iterable[Any],
-    teacher: Optional[nn.Module] = None,
+    context: Optional[ScoringContext] = None,
     all_reduce_sum: Optional[AllReduceSum] = None,
     progress: ProgressMode | bool = False,
 ) -> LocalScores:
-    """Local scores of ``model`` from one pass over ``batches`` (skipped for data-free scorers).
+    """Local scores of ``model`` from one pass over ``batches`` per scorer pass (none for data-free scorers).
 
     Args:
-        scorer: the scorer (see :func:`scoring_views` for the batches it needs).
+        scorer: the scorer's configuration (see :func:`scoring_views` for the batches it needs); a fresh copy of it
+            is bound to ``model`` and dropped (:meth:`~snapvit_pl.scoring.Scorer.accumulator`).
         model: the timm model to score, on the device the batches go to.
         batches: multi-crop ``[B, V, C, H, W]`` views for self-supervised scorers, ``(images, labels)``
             for label-based ones.
-        teacher: a frozen copy of ``model`` (made by the scorer when None).
+        context: what the run hands the scorer (keep ratios, the data's global crops and batch size, a teacher).
         all_reduce_sum: sums a tensor over DDP processes (each process passes its shard of the data).
         progress: show progress (a :class:`snapvit_pl.progress.Progress` mode).
     """
     check_passes(scorer, batches)
-    scorer.setup(model, teacher)
+    scorer = scorer.accumulator(model, context)
     reduce = all_reduce_sum or (lambda t: t)
     if not scorer.requires_data:
         scorer.reduce(reduce)

@@ -46,7 +46,7 @@ class ImportanceSettings:
         min_mlp_keep: share of each block's MLP neurons never pruned.
         min_head_keep: share of each block's heads never pruned.
 
-    Both keep ratios are handed to the scorer too (:meth:`snapvit_pl.scoring.Scorer.use_keep_ratios`: the
+    Both keep ratios reach the scorer too when the run binds it (:class:`snapvit_pl.scoring.base.ScoringContext`: the
     ``gn_greedy`` order needs them), so that they have one source.
     """
 
@@ -61,7 +61,6 @@ class ImportanceSettings:
         if self.allocation not in ALLOCATIONS:
             raise ConfigError(f"importance.allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
         check_fields(self, "importance")
-        self.scorer.use_keep_ratios(self.min_mlp_keep, self.min_head_keep)  # one source (gn_greedy's order needs them)
 
     def scorer_record(self) -> dict[str, Any]:
         """The scorer's name and constructor arguments, for the record."""

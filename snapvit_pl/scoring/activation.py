@@ -32,7 +32,7 @@ from ..errors import DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import UnitGroup
-from .base import LocalScores, ScoringError, SummedStatistics, model_device_dtype, split_batch, to_model
+from .base import LocalScores, ScoringContext, ScoringError, SummedStatistics, model_device_dtype
 
 #: The Linear whose input columns belong to the units of each kind.
 OUTPUT_LAYERS = {"heads": "proj", "neurons": "fc2"}
@@ -77,8 +77,8 @@ class ActivationStatistics(SummedStatistics):
     requires_labels = False
     views = "plain"
 
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
-        super().setup(model, teacher)
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
+        super().setup(model, context)
         self._device = model_device_dtype(model)[0]
         self._groups = [(f"{b.index}.{kind}", kind, getattr(b, kind)) for b in self.blocks for kind in ("heads", "neurons")]
         for key, kind, group in self._groups:
@@ -110,13 +110,9 @@ class ActivationStatistics(SummedStatistics):
     @torch.no_grad()
     def update(self, batch: Any) -> dict[str, float]:
         """Accumulate one batch of images (see the module docstring for the formats)."""
-        self._require_setup()
-        self._follow_device()
-        images, _ = split_batch(batch)
+        images, _ = self._batch(batch)
         if images.dim() == 5:
             images = images.flatten(0, 1)
-        device, dtype = model_device_dtype(self.model)
-        images = to_model(images, device, dtype)
         handles = []
 
         def hook(key: str, group: UnitGroup) -> Callable:
@@ -129,7 +125,7 @@ class ActivationStatistics(SummedStatistics):
         try:
             for key, kind, group in self._groups:
                 handles.append(output_layer(group, kind).register_forward_pre_hook(hook(key, group)))
-            with eval_mode(self.model), autocast_context(device):
+            with eval_mode(self.model), autocast_context(self._device):
                 embed(self.model, images)
         finally:
             for handle in handles:

@@ -4,7 +4,7 @@ Every scorer turns a model (and, for most, some data) into one importance score 
 head and per MLP hidden neuron of every block; higher means more important. The life cycle is
 the same for all of them, so one Lightning callback or loop can drive any of them::
 
-    scorer.setup(model)                  # every process
+    scorer = config.accumulator(model, context)   # every process: a fresh scorer bound to the model
     for p in range(scorer.passes):       # one pass for most scorers
         for batch in loader:             # skipped when not scorer.requires_data
             scorer.update(batch)
@@ -13,8 +13,14 @@ the same for all of them, so one Lightning callback or loop can drive any of the
             scorer.next_pass()
     scores = scorer.compute()            # LocalScores
 
-Pickling or deep-copying a scorer keeps its configuration only (the constructor arguments):
-model references and accumulators are run-time state; use ``state_dict`` to resume.
+A scorer object is its configuration (the constructor arguments: what a YAML's ``class_path`` / ``init_args`` name,
+plain and picklable) until it is bound to a model: :meth:`Scorer.accumulator` makes a fresh, bound copy with what the
+run hands over (:class:`ScoringContext`: keep ratios, the data's global views and batch size, a teacher), so the
+configuration a run's settings hold never holds statistics. The accumulators are sums over samples, all-reduced in
+place across processes (:meth:`SummedStatistics.reduce`), never gathered; the bound copy is dropped once the scores
+exist. (``torchmetrics.Metric`` was weighed for this and not taken: ``add_state`` deep-copies each default tensor and
+its synchronisation gathers every process's copy before summing, world-size times a state that is gigabytes for the
+Gauss-Newton Gram: docs/development.md.)
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import CheckpointError, ConfigError, DataError, SnapViTError
-from ..models.units import BlockUnits, UnitGroup, prunable_blocks
+from ..models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, BlockUnits, UnitGroup, prunable_blocks
 
 
 class ScoringError(SnapViTError, ValueError):
@@ -136,6 +142,26 @@ class LocalScores:
 
 
 # -- the interface -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScoringContext:
+    """What a run hands a scorer besides the model, once, when it binds it (:meth:`Scorer.accumulator`).
+
+    Args:
+        teacher: a frozen copy of the model (the self-supervised scorers make one if None).
+        min_mlp_keep: share of each block's MLP neurons the run never prunes (``importance.min_mlp_keep``).
+        min_head_keep: share of each block's heads the run never prunes (``importance.min_head_keep``).
+        global_views: the global crops per multi-crop sample the data makes (``data.init_args.n_global_views``: a
+            self-distillation scorer's teacher inputs).
+        batch_size: the pruning data's batch size (``data.init_args.batch_size``).
+    """
+
+    teacher: Optional[nn.Module] = None
+    min_mlp_keep: float = MIN_MLP_KEEP
+    min_head_keep: float = MIN_HEAD_KEEP
+    global_views: Optional[int] = None
+    batch_size: Optional[int] = None
+
+
 class Scorer(ABC):
     """Base class of all scorers (see the module docstring for the call order).
 
@@ -155,34 +181,51 @@ class Scorer(ABC):
     #: passes over the data before ``compute`` (``next_pass`` between them, after ``reduce``)
     passes: int = 1
 
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
         """Bind to the bare timm model (not a DDP wrapper); resets the accumulators.
 
         Args:
             model: the model to score, on the device the batches will be moved to.
-            teacher: a frozen copy of ``model`` (self-supervised scorers make one if None).
+            context: what the run hands over (default: :class:`ScoringContext`'s defaults).
         """
         self.model = model
         self.blocks = prunable_blocks(model)
+        self.context = context or ScoringContext()
+
+    def accumulator(self, model: nn.Module, context: Optional[ScoringContext] = None) -> "Scorer":
+        """A fresh scorer of this configuration bound to ``model`` (:meth:`setup`): what a run feeds its batches to;
+        this object stays a configuration."""
+        bound = type(self)(**self.config())
+        bound.setup(model, context)
+        return bound
 
     def update(self, batch: Any) -> dict[str, float]:
         """Accumulate one batch; returns metrics to log (e.g. ``{"loss": ...}``)."""
         return {}
 
-    def use_keep_ratios(self, min_mlp_keep: float, min_head_keep: float) -> None:
-        """The run's minimum keep ratios (``importance.min_mlp_keep`` / ``min_head_keep``), handed over by
-        :class:`snapvit_pl.pipeline.ImportanceSettings`: ignored, except by a scorer whose order depends on them
-        (:class:`snapvit_pl.scoring.GaussNewtonGreedy`)."""
+    def _batch(self, batch: Any) -> tuple[Tensor, Optional[Tensor]]:
+        """Every ``update``'s preamble: the scorer bound, its state on the model's device, the batch parsed
+        (:func:`split_batch`) and its images on the model's device and dtype."""
+        self._require_setup()
+        self._follow_device()
+        images, labels = split_batch(batch)
+        return to_model(images, *model_device_dtype(self.model)), labels
 
-    def use_global_views(self, n_global: int) -> None:
-        """The global crops per multi-crop sample the data makes (``data.init_args.n_global_views``), handed over by
-        :func:`snapvit_pl.pipeline.prepare_pruning_data` to a scorer that takes multi-crop views: ignored, except by
-        the self-distillation scorers (their teacher's inputs)."""
+    def _follow_device(self) -> None:
+        """Lightning may move the model after ``setup``: the scorer's state follows it (:meth:`_rebind`, the
+        accumulators, a teacher copy of its own)."""
+        device = model_device_dtype(self.model)[0]
+        if getattr(self, "_device", device) != device:
+            self._device = device
+            self._rebind()
+            if getattr(self, "_acc", None):
+                self._acc = {k: v.to(device) for k, v in self._acc.items()}
+        teacher = getattr(self, "teacher", None)
+        if teacher is not None and getattr(self, "_own_teacher", False) and next(teacher.parameters()).device != device:
+            teacher.to(device)
 
-    def use_batch_size(self, batch_size: int) -> None:
-        """The batch size of the pruning data (``data.init_args.batch_size``), handed over by
-        :func:`snapvit_pl.pipeline.prepare_pruning_data`: ignored, except by a scorer whose normalisation counts
-        batches (:class:`snapvit_pl.scoring.SNIPMagnitude`), so that it does not depend on how processes share them."""
+    def _rebind(self) -> None:
+        """Find again what the scorer reads of the model (its parameters) after it moved; nothing by default."""
 
     def choices(self) -> dict[str, Any]:
         """What the scorer chose for itself at :meth:`setup` (e.g. ``gram: auto`` resolved on the device), for the
@@ -197,14 +240,6 @@ class Scorer(ABC):
         pass measured and starts the next."""
         raise ScoringError(f"{self.name} makes {self.passes} pass(es) over the data; compute() gives the scores")
 
-    def release(self) -> None:
-        """Drop what the scoring pass holds once its scores are computed (the model, a teacher copy, the
-        accumulators: the Gauss-Newton greedy's Gram is the largest tensor of a run); the configuration and
-        :meth:`choices` stay. ``setup`` binds it again."""
-        for name in ("model", "blocks", "teacher", "_acc", "_gram", "_groups", "_pending"):
-            if name in vars(self):
-                setattr(self, name, None)
-
     @abstractmethod
     def compute(self) -> LocalScores:
         """The local scores from everything seen so far."""
@@ -215,24 +250,10 @@ class Scorer(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
-    # configuration-only pickling
     def config(self) -> dict[str, Any]:
         """The constructor arguments."""
         params = inspect.signature(type(self).__init__).parameters.values()
         return {p.name: getattr(self, p.name) for p in params if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD}
-
-    #: attributes the run hands over after construction (:meth:`use_keep_ratios`, :meth:`use_global_views`): pickled
-    #: with the configuration, so that a copy (a spawned DDP process) keeps them
-    _handed_over: tuple[str, ...] = ()
-
-    def __getstate__(self) -> dict[str, Any]:
-        handed = {key: vars(self)[key] for key in self._handed_over if key in vars(self)}
-        return {"config": self.config(), **({"handed_over": handed} if handed else {})}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state["config"])
-        for key, value in state.get("handed_over", {}).items():
-            setattr(self, key, value)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items())})"
@@ -245,7 +266,8 @@ class Scorer(ABC):
 class SummedStatistics(Scorer):
     """A scorer whose statistics are sums over samples: ``self._acc`` (name -> tensor), ``self._batches``,
     ``self._samples`` and ``self._device``. It gets the DDP reduction (a sum of every accumulator and of both
-    counts), the resume state and device following from here; a subclass sets them in ``setup``."""
+    counts, in place: never a gathered copy per process), the resume state and device following from here; a
+    subclass sets them in ``setup``."""
 
     def _init_accumulators(self) -> dict[str, Tensor]:
         return {k: torch.zeros_like(v) for k, v in self._acc.items()}
@@ -260,13 +282,6 @@ class SummedStatistics(Scorer):
     def _identity(self) -> dict[str, Any]:
         """What a saved state must match to be resumed by this scorer (its name and settings)."""
         return {"scorer": self.name, "config": self.config()}
-
-    def _follow_device(self) -> None:
-        """Lightning may move the model after ``setup``: the accumulators follow it."""
-        device = model_device_dtype(self.model)[0]
-        if device != self._device:
-            self._device = device
-            self._acc = {k: v.to(device) for k, v in self._acc.items()}
 
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
         self._require_setup()

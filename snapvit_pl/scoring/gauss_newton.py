@@ -30,7 +30,7 @@ Every accumulator is a sum over samples, so DDP shards reduce to the single-proc
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -40,10 +40,10 @@ from ..device import Precision, autocast_context
 from ..errors import DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
-from ..models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, iter_slots, min_kept
+from ..models.units import iter_slots, min_kept
 from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments
 from .activation import output_layer
-from .base import LocalScores, Scorer, ScoringError, grad_only, model_device_dtype, split_batch, to_model
+from .base import LocalScores, Scorer, ScoringContext, ScoringError, grad_only, model_device_dtype
 from .gram import (
     DEFAULT_RANK, GRAMS, GREEDY_STEPS, BlockRowGram, Gram, LowRankGram, greedy_order, resolve_gram,
 )
@@ -69,8 +69,8 @@ class GaussNewtonGreedy(OutputSensitivity):
     docstring). The scores are the removal order, scaled to (0, 1] (the first removed scores lowest; the units no
     block may lose come last): every budget is one cut of one ranking per kind, with no block coefficients.
 
-    The share of each block the greedy never removes is the importance settings' (``importance.min_mlp_keep`` /
-    ``min_head_keep``, handed over through :meth:`use_keep_ratios`); a scorer used alone protects
+    The share of each block the greedy never removes is the run's (``importance.min_mlp_keep`` / ``min_head_keep``,
+    in the :class:`~snapvit_pl.scoring.base.ScoringContext` it is bound with); a scorer bound without one protects
     :data:`snapvit_pl.models.units.MIN_MLP_KEEP` / ``MIN_HEAD_KEEP``, as the ranking does by default.
 
     Args:
@@ -89,16 +89,14 @@ class GaussNewtonGreedy(OutputSensitivity):
     """
 
     name = "gn_greedy"
-    min_mlp_keep: float = MIN_MLP_KEEP
-    min_head_keep: float = MIN_HEAD_KEEP
-    _handed_over = ("min_mlp_keep", "min_head_keep")
 
     def __init__(self, probes: NonNegativeInt = DEFAULT_PROBES, gram: Gram = "auto", rank: PositiveInt = DEFAULT_RANK,
                  cross_weight: ClosedUnitInterval = DEFAULT_CROSS_WEIGHT, max_steps: PositiveInt = GREEDY_STEPS,
                  stages: PositiveInt = 1, correction_aware: bool = False, precision: Precision = "auto",
                  seed: Optional[Seed] = None):
         super().__init__(probes=probes, seed=seed)
-        check_arguments(GaussNewtonGreedy.__init__, locals(), "importance.scorer.init_args", skip={"self", "__class__"})
+        check_arguments(GaussNewtonGreedy.__init__, locals(), "importance.scorer.init_args",
+                        skip={"self", "__class__", "probes", "seed"})  # (those: OutputSensitivity's, once)
         if gram not in GRAMS:
             raise ScoringError(f"gn_greedy: gram must be one of {', '.join(GRAMS)}, got {gram!r}")
         self.gram, self.rank, self.max_steps = gram, int(rank), int(max_steps)
@@ -119,16 +117,9 @@ class GaussNewtonGreedy(OutputSensitivity):
         """``{"gram_used": form, "gram_why": why}`` after :meth:`setup`."""
         return {} if self.resolved is None else {"gram_used": self.resolved[0], "gram_why": self.resolved[1]}
 
-    def use_keep_ratios(self, min_mlp_keep: float, min_head_keep: float) -> None:
-        """Never remove more of a block than these minimum keep ratios allow (the importance settings')."""
-        for name, value in (("min_mlp_keep", min_mlp_keep), ("min_head_keep", min_head_keep)):
-            if not 0.0 <= value <= 1.0:
-                raise ScoringError(f"gn_greedy: {name} must lie in [0, 1], got {value}")
-        self.min_mlp_keep, self.min_head_keep = float(min_mlp_keep), float(min_head_keep)
-
     # -- the pass ----------------------------------------------------------------------------------------------
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
-        Scorer.setup(self, model, teacher)
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
+        Scorer.setup(self, model, context)
         self._device, self._dtype = model_device_dtype(model)
         self._groups = [(f"{b.index}.{kind}", kind, getattr(b, kind)) for b in self.blocks for kind in ("heads", "neurons")]
         for key, kind, group in self._groups:
@@ -142,7 +133,7 @@ class GaussNewtonGreedy(OutputSensitivity):
         # the units in the Gram's order (block by block: heads, then neurons): group, parameters, what each may lose
         counts = [g.num_units for _, _, g in self._groups]
         self._unit_group = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
-        keep = [min_kept(g.num_units, self.min_head_keep if kind == "heads" else self.min_mlp_keep)
+        keep = [min_kept(g.num_units, self.context.min_head_keep if kind == "heads" else self.context.min_mlp_keep)
                 for _, kind, g in self._groups]
         self._removable = torch.tensor([n - k for n, k in zip(counts, keep)])
         self._count = int(self._removable.sum())
@@ -170,13 +161,10 @@ class GaussNewtonGreedy(OutputSensitivity):
         return {key: a.expand(samples, -1).clone().requires_grad_(True) for (key, _, _), a in zip(self._groups, alive)}
 
     def update(self, batch: Any) -> dict[str, float]:
-        self._require_setup()
-        self._follow_device()
-        images, _ = split_batch(batch)
+        images, _ = self._batch(batch)
         if images.dim() == 5:
             images = images.flatten(0, 1)
         with eval_mode(self.model), grad_only(self.model, []):
-            images = to_model(images, self._device, self._dtype)
             rows, linear = self._gradients(images)
             finite = torch.isfinite(rows).all() & (True if linear is None else torch.isfinite(linear).all())
             self._gram.accumulate(self._acc, rows)

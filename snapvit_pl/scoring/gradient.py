@@ -40,8 +40,8 @@ from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import UnitGroup
 from .base import (
-    LocalScores, NonFiniteGradientError, Rows, ScoringError, SummedStatistics, grad_only, head_rows,
-    model_device_dtype, neuron_rows, split_batch, to_model, unit_count, unit_mean, unit_sum,
+    LocalScores, NonFiniteGradientError, Rows, ScoringContext, ScoringError, SummedStatistics, grad_only,
+    head_rows, model_device_dtype, neuron_rows, unit_count, unit_mean, unit_sum,
 )
 
 Reduction = Literal["squared_sum", "fisher"]
@@ -87,8 +87,8 @@ class GradientScorer(SummedStatistics):
 
     reduction: str = "squared_sum"
 
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
-        super().setup(model, teacher)
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
+        super().setup(model, context)
         self._bind()
         self._acc_dtype = torch.promote_types(self._dtype, torch.float32)  # float64 models keep float64
         self._acc = self._init_accumulators()
@@ -112,20 +112,14 @@ class GradientScorer(SummedStatistics):
                     index.append(found[0] if found else len(self._params) - 1)
                 self._groups.append(_Group(f"{block.index}.{kind}", block.index, units, rows, index))
 
-    def _follow_device(self) -> None:
-        """Lightning may move the model after ``setup``: follow it with the accumulators (and own teacher)."""
-        if model_device_dtype(self.model)[0] != self._device:
-            self._bind()
-            self._acc = {k: v.to(self._device) for k, v in self._acc.items()}
+    def _rebind(self) -> None:
+        self._bind()
 
     # -- per batch -----------------------------------------------------------------------------
     def update(self, batch: Any) -> dict[str, float]:
         """Accumulate one batch (see the module docstring for the batch formats)."""
-        self._require_setup()
-        self._follow_device()
-        images, labels = split_batch(batch)
+        images, labels = self._batch(batch)
         with eval_mode(self.model), grad_only(self.model, self._params):
-            images = to_model(images, self._device, self._dtype)
             with autocast_context(self._device):  # bf16 on CUDA (fp32 weights and gradients); nothing on CPU
                 loss, samples = self._loss(images, labels)
             grads = torch.autograd.grad(loss, self._params)
@@ -205,43 +199,34 @@ class _SelfDistillation:
     """DINO-style loss between the model (student, all views) and a frozen teacher (global views).
 
     The teacher's inputs are the first :attr:`global_views` views of each sample: ``n_global`` when given, else the
-    data's global crops (``data.init_args.n_global_views``: :func:`snapvit_pl.pipeline.prepare_pruning_data` hands
-    them over and refuses an ``n_global`` that differs), else :data:`snapvit_pl.data.transforms.N_GLOBAL_VIEWS`.
+    data's global crops (``data.init_args.n_global_views``, the run's :class:`ScoringContext`:
+    :func:`snapvit_pl.pipeline.prepare_pruning_data` reads them and refuses an ``n_global`` that differs), else
+    :data:`snapvit_pl.data.transforms.N_GLOBAL_VIEWS`.
     """
 
     n_global: Optional[int]
-    _data_global_views: Optional[int] = None
-    _handed_over = ("_data_global_views",)
 
     def _check_n_global(self) -> None:
         if self.n_global is not None and int(self.n_global) < 1:
             raise ScoringError(f"n_global must be >= 1, got {self.n_global}")
-
-    def use_global_views(self, n_global: int) -> None:
-        if int(n_global) < 1:
-            raise ScoringError(f"{self.name}: the teacher needs at least one global view per sample, got {n_global}")
-        self._data_global_views = int(n_global)
 
     @property
     def global_views(self) -> int:
         """The leading views of each multi-crop sample the teacher sees (see the class docstring)."""
         if self.n_global is not None:
             return int(self.n_global)
-        if self._data_global_views is not None:
-            return self._data_global_views
+        given = getattr(getattr(self, "context", None), "global_views", None)
+        if given is not None:
+            return int(given)
         from ..data.transforms import N_GLOBAL_VIEWS  # (below this layer; imported when first needed)
 
         return N_GLOBAL_VIEWS
 
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
-        super().setup(model, teacher)
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
+        super().setup(model, context)
+        teacher = self.context.teacher
         self._own_teacher = teacher is None
         self.teacher = copy.deepcopy(model).requires_grad_(False).eval() if teacher is None else teacher
-
-    def _follow_device(self) -> None:
-        super()._follow_device()
-        if self._own_teacher and next(self.teacher.parameters()).device != self._device:
-            self.teacher.to(self._device)
 
     def _loss(self, images: Tensor, labels: Optional[Tensor]) -> tuple[Tensor, int]:
         if images.dim() != 5 or images.shape[1] < 2:
@@ -294,13 +279,13 @@ class LabelFisher(GradientScorer):
     def __init__(self, reduction: Reduction = "squared_sum"):
         self.reduction = _check_reduction(reduction)
 
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
         if not getattr(model, "num_classes", 0):
             raise UnsupportedModelError(
                 f"label_fisher needs a classifier head but {type(model).__name__} has num_classes=0; "
                 "use a model with a head or a label-free scorer (ssl_fisher)"
             )
-        super().setup(model, teacher)
+        super().setup(model, context)
 
     def _loss(self, images: Tensor, labels: Optional[Tensor]) -> tuple[Tensor, int]:
         if labels is None:
@@ -326,7 +311,7 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
     all batches: ``g`` is the sum of the batch gradients, computed as the mean per-sample gradient
     times the number of batches one process makes of all the images, ``ceil(N / B)`` (so that
     ``alpha`` weighs the magnitude term as there). ``B`` is the data's batch size, handed over by
-    the pipeline (:meth:`use_batch_size`), else the largest batch seen. Each weight's saliency is
+    the run (:class:`ScoringContext` ``batch_size``), else the largest batch seen. Each weight's saliency is
     averaged over the unit's rows (the same rows as :class:`SSLFisher`). The result depends
     neither on the order of the batches nor on how DDP processes share them.
 
@@ -337,16 +322,11 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
 
     name = "snip_magnitude"
     reduction = "snip"
-    _batch_size: Optional[int] = None
-    _handed_over = (*_SelfDistillation._handed_over, "_batch_size")
 
     def __init__(self, n_global: Optional[int] = None, alpha: float = 0.001):
         self.n_global = n_global
         self.alpha = alpha
         self._check_n_global()
-
-    def use_batch_size(self, batch_size: int) -> None:
-        self._batch_size = int(batch_size)
 
     def _start_counting(self) -> None:
         self._largest_batch = 0
@@ -360,7 +340,7 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
 
     def _finalize(self, group: _Group) -> Tensor:
         weights = [r.view(r.weight.detach(), group.units).double() for r in group.rows]
-        size = self._batch_size or self._largest_batch
+        size = self.context.batch_size or self._largest_batch
         batches = -(-self._samples // size) if size else self._batches  # ceil(N / B): one process's batch count
         grads = [g * batches for g in self._mean_gradients(group)]
         return unit_mean([(g * w).abs() + self.alpha * w.square() for g, w in zip(grads, weights)])

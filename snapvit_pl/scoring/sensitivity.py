@@ -39,7 +39,7 @@ from ..models.units import UnitGroup
 from ..ranges import NonNegativeInt, Seed, check_arguments
 from ..seeding import resolve_seed
 from .activation import output_layer
-from .base import LocalScores, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model
+from .base import LocalScores, ScoringContext, ScoringError, SummedStatistics, grad_only, model_device_dtype
 from .gradient import _SelfDistillation, self_distillation_loss
 
 
@@ -111,8 +111,8 @@ class MaskGradientScorer(SummedStatistics):
 
     requires_labels = False
 
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
-        super().setup(model, teacher)
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
+        super().setup(model, context)
         self._device, self._dtype = model_device_dtype(model)
         self._groups = [(f"{b.index}.{kind}", kind, getattr(b, kind)) for b in self.blocks for kind in ("heads", "neurons")]
         for key, kind, group in self._groups:
@@ -130,11 +130,8 @@ class MaskGradientScorer(SummedStatistics):
         """Per group, ``sum_n (mask gradient)^2`` ``[units]`` over the batch's samples; (that, samples, loss)."""
 
     def update(self, batch: Any) -> dict[str, float]:
-        self._require_setup()
-        self._follow_device()
-        images, labels = split_batch(batch)
+        images, labels = self._batch(batch)
         with eval_mode(self.model), grad_only(self.model, []):
-            images = to_model(images, self._device, self._dtype)
             sums, samples, loss = self._squared_gradients(images, labels)
         finite = torch.stack([torch.isfinite(v).all() for v in sums.values()]).all()
         for key, value in sums.items():
@@ -264,11 +261,6 @@ class SSLMaskFisher(_SelfDistillation, MaskGradientScorer):
     def __init__(self, n_global: Optional[int] = None):
         self.n_global = n_global
         self._check_n_global()
-
-    def _follow_device(self) -> None:
-        MaskGradientScorer._follow_device(self)
-        if self._own_teacher and next(self.teacher.parameters()).device != self._device:
-            self.teacher.to(self._device)
 
     def _squared_gradients(self, images: Tensor, labels: Optional[Tensor]):
         G = self.global_views

@@ -16,7 +16,8 @@ from ..errors import DataError
 from ..models.modes import eval_mode
 from ..models.units import Slot, UnitGroup, iter_slots
 from .base import (
-    LocalScores, NonFiniteGradientError, ScoringError, SummedStatistics, grad_only, model_device_dtype, split_batch, to_model,
+    LocalScores, NonFiniteGradientError, ScoringContext, ScoringError, SummedStatistics, grad_only,
+    model_device_dtype,
 )
 from .gradient import _SelfDistillation
 
@@ -68,8 +69,8 @@ class Taylor(_SelfDistillation, SummedStatistics):
         self.normalizer = normalizer
         self._check_n_global()
 
-    def setup(self, model: nn.Module, teacher: Optional[nn.Module] = None) -> None:
-        super().setup(model, teacher)
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
+        super().setup(model, context)
         self._bind()
         self._acc = {name: torch.zeros_like(p, dtype=self._acc_dtype) for name, p in zip(self._names, self._params)}
         self._start_counting()
@@ -94,19 +95,12 @@ class Taylor(_SelfDistillation, SummedStatistics):
                     used.append((slot, found[0] if found else len(self._params) - 1))
                 self._slots.append((f"{block.index}.{kind}", group, used))
 
-    def _follow_device(self) -> None:
-        if model_device_dtype(self.model)[0] != self._device:
-            self._bind()
-            self._acc = {k: v.to(self._device) for k, v in self._acc.items()}
-        if self._own_teacher and next(self.teacher.parameters()).device != self._device:
-            self.teacher.to(self._device)
+    def _rebind(self) -> None:
+        self._bind()
 
     def update(self, batch: Any) -> dict[str, float]:
-        self._require_setup()
-        self._follow_device()
-        images, labels = split_batch(batch)
+        images, labels = self._batch(batch)
         with eval_mode(self.model), grad_only(self.model, self._params):
-            images = to_model(images, self._device, self._dtype)
             with autocast_context(self._device):
                 loss, samples = self._loss(images, labels)
             grads = torch.autograd.grad(loss, self._params)

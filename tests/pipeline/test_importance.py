@@ -1,10 +1,10 @@
 """The pruning data set-up: each scorer gets the views it needs, and a self-distillation scorer the data's global crops."""
-import pickle
 
 import pytest
 import torch
 
 from families import FAMILIES
+from snapvit_pl.scoring.base import ScoringContext
 from snapvit_pl.data import ClassificationDataModule
 from snapvit_pl.errors import ConfigError
 from snapvit_pl.models import load_backbone
@@ -30,11 +30,12 @@ def model():
 def test_a_self_distillation_scorer_takes_the_global_crops_the_data_makes(tmp_path, model, cls):
     dm = _data(tmp_path, n_global_views=1, n_local_views=3)
     scorer = cls()
-    prepare_pruning_data(dm, model, scorer)
-    assert dm.train_views == "multicrop" and scorer.global_views == 1
-    assert pickle.loads(pickle.dumps(scorer)).global_views == 1  # a spawned DDP process keeps it
+    handed = prepare_pruning_data(dm, model, scorer)
+    assert dm.train_views == "multicrop" and handed == {"global_views": 1, "batch_size": dm.batch_size}
+    context = ScoringContext(**handed)
+    assert scorer.accumulator(model, context).global_views == 1
     batch = torch.randn(2, 4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
-    got = local_importance(scorer, model, [batch])
+    got = local_importance(scorer, model, [batch], context)
     one = local_importance(cls(n_global=1), model, [batch])
     two = local_importance(cls(n_global=2), model, [batch])  # what the scorer assumed whatever the data made
     assert torch.equal(got.neurons[0], one.neurons[0]) and not torch.equal(got.neurons[0], two.neurons[0])
@@ -45,8 +46,7 @@ def test_a_scorer_n_global_that_differs_from_the_data_is_refused(tmp_path, model
                                           r"data.init_args.n_global_views 1"):
         prepare_pruning_data(_data(tmp_path, n_global_views=1), model, SSLFisher(n_global=2))
     scorer = SSLFisher(n_global=3)
-    prepare_pruning_data(_data(tmp_path, n_global_views=3), model, scorer)  # the same value: accepted
-    assert scorer.global_views == 3
+    assert prepare_pruning_data(_data(tmp_path, n_global_views=3), model, scorer)["global_views"] == 3  # the same
 
 
 def test_multicrop_views_a_teacher_cannot_use_are_refused(tmp_path, model):

@@ -40,9 +40,9 @@ def full_backward_grads(model, x, n_global=2):
     return student
 
 
-def scores_of(scorer, model, batches, all_reduce_sum=lambda t: t):
+def scores_of(scorer, model, batches, all_reduce_sum=lambda t: t, context=None):
     """One process's scores: setup, every batch, the reduction, compute."""
-    scorer.setup(model)
+    scorer.setup(model, context)
     for batch in batches:
         scorer.update(batch)
     scorer.reduce(all_reduce_sum)

@@ -114,14 +114,22 @@ def test_the_float32_and_float64_paths_order_a_float32_gram_alike():
     assert sorted(order32.tolist()) == sorted(order64.tolist())
 
 
-def test_the_scorer_releases_its_gram_once_the_scores_exist():
-    """What the pipeline calls after compute(): no accumulator, no model, the choice it made kept for the record."""
+def test_the_run_drops_its_scorer_and_gram_once_the_scores_exist():
+    """The pipeline binds a fresh scorer to the model for the pass and drops it once the local scores exist: the
+    settings' scorer stays a configuration, and nothing holds the Gram after the importance stage."""
+    import gc
+    import weakref
+
+    from snapvit_pl.pipeline import ImportanceSettings, Pipeline, PipelineSettings
+
     model = build("dino_vit").eval()
-    scorer = GaussNewtonGreedy(probes=1)
-    scorer.setup(model)
-    scorer.update(views(2)[:, 0])
-    scorer.compute()
-    choices = scorer.choices()
-    scorer.release()
-    assert scorer._acc is None and scorer._gram is None and scorer.model is None
-    assert scorer.choices() == choices and choices["gram_used"] == "full"
+    pipeline = Pipeline(model, PipelineSettings(importance=ImportanceSettings(GaussNewtonGreedy(probes=1))),
+                        progress="off")
+    pipeline.start_importance(1)
+    pipeline.importance_step(views(2)[:, 0])
+    gram = weakref.ref(pipeline._scorer._acc["gram"])
+    pipeline.finish_importance()
+    gc.collect()
+    assert pipeline._scorer is None and gram() is None
+    assert not hasattr(pipeline.settings.importance.scorer, "_acc")
+    assert pipeline.state.method["scorer"]["gram_used"] == "full"

@@ -7,6 +7,7 @@ import torch
 from scoring_helpers import CORE, build, labels, views
 from snapvit_pl.errors import CheckpointError, ConfigError, DataError, UnsupportedModelError
 from snapvit_pl.models import prunable_blocks
+from snapvit_pl.scoring.base import ScoringContext
 from snapvit_pl.scoring import (
     FLAP, Activation, Taylor, WandaSP, LAMP, SCORERS, LabelFisher, LocalScores, Magnitude, RandomScorer, ScoringError, SNIPMagnitude, SSLFisher,
     build_scorer,
@@ -95,7 +96,7 @@ def test_given_teacher_is_used():
             p.mul_(0.5)
     a, b = SSLFisher(), SSLFisher()
     a.setup(model)
-    b.setup(model, teacher=other)
+    b.setup(model, ScoringContext(teacher=other))
     assert b.teacher is other
     assert a.update(views(2))["loss"] != b.update(views(2))["loss"]
 
@@ -116,12 +117,15 @@ def test_build_scorer_names_and_errors():
 @pytest.mark.parametrize("scorer", [SSLFisher(3, "fisher"), LabelFisher(), SNIPMagnitude(alpha=0.01), Magnitude(1),
                                     LAMP(), RandomScorer(7), Activation("mean"), WandaSP(), FLAP("none"),
                                     Taylor(1, "mean")], ids=repr)
-def test_pickling_keeps_the_configuration_only(scorer):
-    scorer.setup(build("vit_swiglu"))
+def test_a_configuration_stays_one_when_a_run_binds_it(scorer):
+    """What a run's settings hold is the configuration: a run binds a fresh copy (``accumulator``), which holds the
+    model and the statistics; the configuration pickles (a spawned DDP process) and copies as plain data."""
+    bound = scorer.accumulator(build("vit_swiglu"))
+    assert bound is not scorer and type(bound) is type(scorer) and bound.config() == scorer.config()
+    assert bound.model is not None and getattr(scorer, "model", None) is None and not hasattr(scorer, "_acc")
     clone = pickle.loads(pickle.dumps(scorer))
-    assert type(clone) is type(scorer) and clone.config() == scorer.config()
-    assert getattr(clone, "model", None) is None and repr(clone) == repr(scorer)
-    assert copy.deepcopy(scorer).config() == scorer.config()
+    assert type(clone) is type(scorer) and clone.config() == scorer.config() and repr(clone) == repr(scorer)
+    assert vars(clone) == vars(scorer) and copy.deepcopy(scorer).config() == scorer.config()
 
 
 def test_label_fisher_errors():

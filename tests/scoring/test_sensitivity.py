@@ -256,23 +256,24 @@ def test_gn_greedy_shards_and_protection():
         assert set(kept.tolist()) == set(top.tolist())
 
 
-def test_gn_greedy_takes_its_floors_from_the_importance_settings():
-    import pickle
-
+def test_gn_greedy_takes_its_floors_from_the_run_it_is_bound_in():
     from snapvit_pl.models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, min_kept
-    from snapvit_pl.pipeline import ImportanceSettings
+    from snapvit_pl.pipeline import ImportanceSettings, Pipeline, PipelineSettings
     from snapvit_pl.scoring import GaussNewtonGreedy
+    from snapvit_pl.scoring.base import ScoringContext
 
-    alone = GaussNewtonGreedy(probes=1)  # used alone: the one definition of the defaults
-    assert (alone.min_mlp_keep, alone.min_head_keep) == (MIN_MLP_KEEP, MIN_HEAD_KEEP)
+    model, x = build("dino_vit").double(), views(4)[:, 0].double()
+    alone = GaussNewtonGreedy(probes=1).accumulator(model)  # bound without a run: the one definition of the defaults
+    assert (alone.context.min_mlp_keep, alone.context.min_head_keep) == (MIN_MLP_KEEP, MIN_HEAD_KEEP)
     with pytest.raises(TypeError):
         GaussNewtonGreedy(min_mlp_keep=0.05)  # no second knob
-    scorer = ImportanceSettings(GaussNewtonGreedy(probes=1), min_mlp_keep=0.5, min_head_keep=0.5).scorer
-    assert (scorer.min_mlp_keep, scorer.min_head_keep) == (0.5, 0.5) and set(scorer.config()) == {"probes", "gram", "rank", "cross_weight", "max_steps", "stages", "correction_aware", "precision", "seed"}
-    clone = pickle.loads(pickle.dumps(scorer))
-    assert (clone.min_mlp_keep, clone.min_head_keep) == (0.5, 0.5)
-    model, x = build("dino_vit").double(), views(4)[:, 0].double()
-    scores = scores_of(scorer, model, [x])
+    assert set(GaussNewtonGreedy().config()) == {"probes", "gram", "rank", "cross_weight", "max_steps", "stages",
+                                                 "correction_aware", "precision", "seed"}
+    settings = PipelineSettings(importance=ImportanceSettings(GaussNewtonGreedy(probes=1), min_mlp_keep=0.5,
+                                                             min_head_keep=0.5))
+    assert Pipeline(model, settings).scoring_context() == ScoringContext(min_mlp_keep=0.5, min_head_keep=0.5)
+    scores = scores_of(GaussNewtonGreedy(probes=1), model, [x], context=ScoringContext(min_mlp_keep=0.5,
+                                                                                         min_head_keep=0.5))
     for per_block in (scores.heads, scores.neurons):  # the greedy never removed a block's protected half: last
         protected = [torch.sort(s, descending=True).values[:min_kept(len(s), 0.5)] for s in per_block]
         rest = [torch.sort(s, descending=True).values[min_kept(len(s), 0.5):] for s in per_block]
