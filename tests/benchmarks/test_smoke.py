@@ -10,25 +10,33 @@ sys.path.insert(0, str(ROOT))
 needs_data = pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="dataset-fashion-mnist")
 
 
-def test_gpu_pipeline_tiny_runs_every_stage_on_cpu(tmp_path):
+def test_gpu_pipeline_tiny_runs_every_phase_on_cpu(tmp_path):
     from benchmarks.gpu_pipeline import main
 
     assert main(["--tiny", "--out", str(tmp_path / "gpu")]) == 0
     report = json.loads((tmp_path / "gpu.json").read_text())
-    entry = report["models"]["tiny"]
-    assert set(entry["seconds"]) == {"load", "importance", "search", "splits", "export", "correction_one_model"}
-    assert entry["scorer"]["name"] == "gn_greedy" and entry["importance_views"] == "plain"  # the default scorer
-    assert set(entry["peak_memory_mb"]) == {"importance", "search", "splits", "export"}
-    assert entry["search"]["floor"]["ratio"] > 0 and len(entry["throughput"]) == 8  # dense, flops0.5, six pairs
-    assert entry["at_config_sizes"]["importance_s"] == pytest.approx(1000 * entry["per_image"]["importance_s_per_image"], rel=0.01)
-    assert entry["at_config_sizes"]["correction_s_per_model"] == pytest.approx(
-        256 * entry["per_image"]["correction_s_per_calibration_image"], rel=0.01)
-    assert {"bf16_b1_images_per_s", "32_b8_images_per_s"} <= set(entry["throughput"][0])
-    assert set(entry["floors"]["stages"]) == {"importance", "splits", "export"}  # stage_floors.py on this device
-    assert report["partial"] is False  # written after every model; the last write is the finished run
+    assert [p["phase"] for p in report["phases"]] == ["tiny core", "tiny extras"]
+    assert all(p["status"] == "done" for p in report["phases"])
+    core, extras = report["core"]["tiny"], report["extras"]["tiny"]
+    assert core["scorer"]["name"] == "gn_greedy" and core["scorer"]["gram_used"] == "full"  # the default scorer
+    assert set(core["stages"]) == {"importance", "splits", "export"} and core["models"] == 6  # the default budgets
+    assert all(r["floor_s"] > 0 and r["ratio"] > 0 for r in core["stages"].values())
+    assert {"importance", "splits", "export"} <= set(core["peak_memory_mb"])
+    assert extras["search"]["floor"]["ratio"] > 0 and len(extras["throughput"]) == 2  # dense, flops0.5
+    assert {"bf16_b1_images_per_s", "32_b8_images_per_s"} <= set(extras["throughput"][0])
     markdown = (tmp_path / "gpu.md").read_text()
-    assert markdown.startswith("# The pipeline on full-size models") and "Unfinished run" not in markdown
-    assert "at the config's sizes" not in markdown and "not the config's grid" in markdown  # the split choice: images only
+    assert markdown.startswith("# The pipeline on full-size models") and "| tiny core | done |" in markdown
+
+
+def test_gpu_pipeline_stops_cleanly_at_its_budget(tmp_path):
+    """A budget shorter than the run: the phase running is cut short, the rest recorded as not run, the file
+    written (what a lease that ends keeps)."""
+    from benchmarks.gpu_pipeline import main
+
+    assert main(["--tiny", "--budget-s", "0.02", "--out", str(tmp_path / "gpu")]) == 0
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    assert [p["status"] for p in report["phases"]] == ["stopped at the budget (0.02 s)", "not run: the budget was spent"]
+    assert report["core"] == {} and "| tiny extras | not run: the budget was spent |" in (tmp_path / "gpu.md").read_text()
 
 
 @pytest.mark.slow
