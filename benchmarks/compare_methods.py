@@ -80,10 +80,14 @@ class Method:
     search: Optional[str] = None
     uses_data: bool = True
     allocation: str = "global"
+    #: the config scorer's arguments this method changes (``ours_stages3``: the greedy re-linearised in 3 stages)
+    overrides: tuple[tuple[str, Any], ...] = ()
 
 
 METHODS = {
     "ours": Method(None, "config"),  # the config's scorer and search: what python prune.py does
+    # issue 46: the default score re-linearised in 3 stages (three importance passes; an option, not the default)
+    "ours_stages3": Method(None, "config", overrides=(("stages", 3),)),
     "sensitivity": Method("sensitivity"),  # the per-unit Gauss-Newton sensitivity: the default before issue 38
     "snapvit": Method("ssl_fisher", "paper"), "ssl_fisher_snes": Method("ssl_fisher", "snes"),
     "ssl_fisher": Method("ssl_fisher"), "label_fisher": Method("label_fisher"),
@@ -164,11 +168,14 @@ def method_scores(method: str, setup: PruneSetup, log: Progress, shared: dict[st
     name, searched = spec.scorer, spec.search
     config_scorer = setup.importance.scorer
     name = name or config_scorer.name
-    info: dict[str, Any] = {"scorer": name}
+    info: dict[str, Any] = {"scorer": name, **dict(spec.overrides)}
     started = time.perf_counter()
-    if name not in shared:
+    key = name + "".join(f",{k}={v}" for k, v in spec.overrides)  # local scores shared between methods
+    if key not in shared:
         kwargs = {"random": {"seed": setup.search.seed}, "sensitivity": {"seed": setup.search.seed}}.get(name, {})
         scorer = config_scorer if name == config_scorer.name else build_scorer(name, **kwargs)
+        if spec.overrides:
+            scorer = type(scorer)(**{**scorer.config(), **dict(spec.overrides)})
         dm = setup.datamodule
         dm.train_views = scoring_views(scorer)
         # the teacher's inputs: the data's global crops (as prune.py hands them over), and the run's keep ratios
@@ -178,9 +185,9 @@ def method_scores(method: str, setup: PruneSetup, log: Progress, shared: dict[st
         if scorer.requires_labels and not getattr(model, "num_classes", 0):
             model = with_probe_head(setup)  # a backbone without classifier: a linear probe stands in for it
             info["head"] = "linear probe on the pruning images"
-        shared[name] = local_importance(scorer, model, dm.train_dataloader() if scorer.requires_data else [], context)
+        shared[key] = local_importance(scorer, model, dm.train_dataloader() if scorer.requires_data else [], context)
         info["scoring_s"] = time.perf_counter() - started
-    local = shared[name].allocated(spec.allocation)
+    local = shared[key].allocated(spec.allocation)
     if spec.allocation != "global":
         info["allocation"] = spec.allocation
     scores = ElasticScores(local.heads, local.neurons, None, setup.spec.to_dict(), fingerprint(setup.model),
