@@ -31,9 +31,19 @@ TINY = ["--model.model_kwargs={num_classes: 0, img_size: 32, embed_dim: 32, dept
         "pretrained_cfg_overlay: {input_size: [3, 32, 32]}}", "--export.budgets=[{sparsity: 0.1}, {flops: 0.8}]"]
 
 
-def run_quick(workdir: Path, tiny: bool = False) -> dict[str, Any]:
-    """Run the quick configuration in ``workdir``; returns the command, its wall time, the run's report and the
-    load averages around it.
+def checkout_of(commit: str, where: Path) -> Path:
+    """A checkout of ``commit`` at ``where`` (a git worktree; its ``callbacks/`` linked in as ``snapvit_pl.callbacks``,
+    as the installed package lays them out, so that its ``prune.py`` runs its own code)."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), commit], check=True,
+                   capture_output=True)
+    (where / "snapvit_pl" / "callbacks").symlink_to(where / "callbacks", target_is_directory=True)
+    return where
+
+
+def run_quick(workdir: Path, tiny: bool = False, root: Path = ROOT) -> dict[str, Any]:
+    """Run the quick configuration in ``workdir`` with the ``prune.py`` of the checkout ``root`` (default this one);
+    returns the command, its wall time, the run's report (its stages' timings and peak memory) and the load averages
+    around it.
 
     Raises:
         RuntimeError: the command failed (its status and the end of its error output).
@@ -41,10 +51,11 @@ def run_quick(workdir: Path, tiny: bool = False) -> dict[str, Any]:
     from benchmarks.readme_walkthrough import stand_in_imagenet
 
     data = stand_in_imagenet(workdir / "imagenet", train_per_class=32, val=32)  # quick.yaml reads 64 / 32
-    command = [sys.executable, str(ROOT / "prune.py"), "--config", str(CONFIG), "--config", str(QUICK),
+    command = [sys.executable, str(root / "prune.py"), "--config", str(CONFIG), "--config", str(QUICK),
                "--data.init_args.root", str(data), "--model.pretrained", "false", "--out_dir", str(workdir / "run"),
                "--trainer.accelerator", "cpu", "--progress", "lines", *(TINY if tiny else [])]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           **({"PYTHONPATH": str(root)} if root != ROOT else {})}
     load_before = os.getloadavg()
     started = time.perf_counter()
     result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=3600)
@@ -56,6 +67,8 @@ def run_quick(workdir: Path, tiny: bool = False) -> dict[str, Any]:
             "wall_s": round(seconds, 1), "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()], "timings": report["timings"],
             "models": [report["dense"]] + report["pruned"], "model": report["model"]["model_name"],
+            "peak_memory_mb": report.get("peak_memory_mb", {}), "peak_memory": report.get("peak_memory", ""),
+            "scorer": report["method"].get("scorer", {}),
             "progress": [line for line in result.stderr.splitlines() if line.startswith("[snapvit]")]}
 
 
@@ -76,6 +89,20 @@ def markdown(record: dict[str, Any]) -> str:
         if timings.get(key) is not None:
             lines.append(f"| {key.removesuffix('_s')} | {timings[key]:.1f} |")
     lines += [f"| the whole command (imports, data, model) | {run['wall_s']:.1f} |"]
+    before = record.get("before")
+    if run.get("peak_memory_mb"):
+        lines += ["", f"Peak memory of each stage ({run['peak_memory']}, MiB; the importance pass holds the model, its "
+                  f"activations and the scorer's Gram: `gram: {run['scorer'].get('gram_used', '?')}`, "
+                  f"{run['scorer'].get('gram_why', '')})" + (f", this commit against `{before['commit']}`'s run of the "
+                                                             "same command just before:" if before else ":"), "",
+                  "| stage | peak (MiB) |" + (" before (MiB) | before - now (MiB) |" if before else ""),
+                  "|---|---:|" + ("---:|---:|" if before else "")]
+        for stage, mb in run["peak_memory_mb"].items():
+            row = f"| {stage} | {mb:,.0f} |"
+            if before and stage in before["peak_memory_mb"]:
+                was = before["peak_memory_mb"][stage]
+                row += f" {was:,.0f} | {was - mb:,.0f} |"
+            lines.append(row)
     return "\n".join(lines) + "\n"
 
 
@@ -83,15 +110,31 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="the CI smoke run: a tiny model of the same config")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/quick_cpu[_tiny])")
+    parser.add_argument("--before", default=None, metavar="COMMIT",
+                        help="also run the same command with the code of COMMIT (a git worktree), first: its peak memory "
+                             "per stage beside this commit's")
     sys.path.insert(0, str(ROOT))
     from benchmarks.common import RESULTS, machine_info, parse_args, write_results
 
     args = parse_args(parser, argv)
 
+    before = None
+    if args.before:
+        with tempfile.TemporaryDirectory(prefix="quick_cpu_before_") as tmp:
+            try:
+                root = checkout_of(args.before, Path(tmp) / "checkout")
+                (Path(tmp) / "run").mkdir()
+                before = {"commit": args.before, **run_quick(Path(tmp) / "run", tiny=args.tiny, root=root)}
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(tmp) / "checkout")],
+                               capture_output=True)
+        print(f"before ({args.before}): {before['wall_s']:.0f} s, peak memory {before['peak_memory_mb']}")
     with tempfile.TemporaryDirectory(prefix="quick_cpu_") as tmp:
         run = run_quick(Path(tmp), tiny=args.tiny)
-    print(f"quick run: {run['wall_s']:.0f} s (1 torch thread; load {run['load_before']} -> {run['load_after']})")
-    record = {"machine": {**machine_info(), "torch_threads": 1}, "run": run, "tiny": args.tiny, "limit_s": LIMIT_S}
+    print(f"quick run: {run['wall_s']:.0f} s (1 torch thread; load {run['load_before']} -> {run['load_after']}), "
+          f"peak memory {run['peak_memory_mb']}")
+    record = {"machine": {**machine_info(), "torch_threads": 1}, "run": run, "tiny": args.tiny, "limit_s": LIMIT_S,
+              **({"before": before} if before else {})}
     prefix = Path(args.out) if args.out else RESULTS / ("quick_cpu_tiny" if args.tiny else "quick_cpu")
     write_results(prefix, record, markdown, args, round_values=False)
     print(f"wrote {prefix}.json/.md")
