@@ -416,6 +416,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="smoke run: the first of --models, seed 0, two cheap variants (unless --variants), "
                              "64 pruning images, 300 / 200 evaluation images, 4 search evaluations")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--orders", default=None, metavar="A:B:MARKDOWN",
+                        help="write how far the cached local scores of variants A and B order the units alike (per "
+                             "model and seed of --models / --seeds: Spearman's rho of the orders, the share of units "
+                             "both keep at 51 / 41%% of the units) to MARKDOWN, then exit")
     parser.add_argument("--deep", action="store_true", help="cut at ~51/41/31/21%% of the parameters (issue 46) "
                         "instead of ~71/61/51/41%%")
     parser.add_argument("--summary", action="store_true", help="print the tables of --out and exit")
@@ -441,6 +445,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.paired:
         baseline, target = args.paired.split(":", 1)
         text = paired_table(out, variants, baseline, args.models.split(","))
+        write_markdown(Path(target), text, args)
+        print(text)
+        return
+    if args.orders:
+        first, second, target = args.orders.split(":", 2)
+        text = orders_table(first, second, args.models.split(","), [int(x) for x in args.seeds.split(",")],
+                            Path(args.cache))
         write_markdown(Path(target), text, args)
         print(text)
         return
@@ -496,6 +507,39 @@ def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
                 cells.append(" / ".join(f"{v:.2f}" for v in means) + f" [{len(runs)}]")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
+    return "\n".join(lines)
+
+
+def orders_table(first: str, second: str, models: list[str], seeds: list[int], cache: Path = CACHE) -> str:
+    """How alike variants ``first`` and ``second`` order the units (their cached local scores, the same pruning images
+    and probes): Spearman's rho over all units (heads and neurons of every block in one order: the scores are the
+    greedy's removal positions) and the share of the units both keep when the 49% / 59% lowest are cut."""
+    lines = [f"`{first}` against `{second}`: the same pruning images and probes, their local scores read from the "
+             "research cache. *rho*: Spearman's rank correlation of the two removal orders over every unit; *kept "
+             "alike at N%*: of the units each keeps when the lowest-scored units are cut down to N% of them, the share "
+             "both keep.", "", "| model | seed | units | rho | kept alike at 51% | kept alike at 41% |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for model_name in models:
+        for seed in seeds:
+            found = []
+            for name in (first, second):
+                v = VARIANTS[name]
+                path = cache / f"{model_name}_s{seed}_{v.scorer}_{key_of(v.scorer, v.kwargs, v.views)}.pt"
+                if not path.exists():
+                    break
+                local = torch.load(path, weights_only=False)["value"]
+                found.append(torch.cat([t for pair in zip(local.heads, local.neurons) for t in pair]).double())
+            if len(found) < 2:
+                continue
+            ranks = [torch.argsort(torch.argsort(f)).double() for f in found]
+            n = len(ranks[0])
+            rho = 1 - 6 * float(((ranks[0] - ranks[1]) ** 2).sum()) / (n * (n * n - 1))
+            alike = []
+            for keep in (0.51, 0.41):
+                cut = n - round(keep * n)
+                kept = [set(torch.argsort(f)[cut:].tolist()) for f in found]
+                alike.append(len(kept[0] & kept[1]) / len(kept[0]))
+            lines.append(f"| {model_name} | {seed} | {n:,} | {rho:.4f} | {alike[0]:.1%} | {alike[1]:.1%} |")
     return "\n".join(lines)
 
 
