@@ -42,7 +42,10 @@ from ..scoring.base import ScoringContext
 from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
 from ..search.population import AllGather, share_by_cost
-from .extraction import Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing
+from .extraction import (
+    Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing, throughput_alone,
+    with_timed,
+)
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
@@ -495,6 +498,10 @@ class Pipeline:
         if models_dir is not None and not overwrite:  # on every rank, before any work
             refuse_existing(models_dir, [b.label() for b in budgets])
         dense_job = evaluate_dense and s.evaluation.metrics
+        # several processes: the throughput is timed after the others, by the first process alone (throughput_alone)
+        apart = self.dist.world_size > 1 and "throughput" in s.evaluation.metrics
+        settings = replace(s.evaluation, metrics=[m for m in s.evaluation.metrics if m != "throughput"]) if apart else \
+            s.evaluation
         owner = share_by_cost(flops + ([1.0] if dense_job else []), self.dist.world_size)
         mine = [b for b, r in zip(budgets, owner) if r == self.dist.rank]
         correction = None
@@ -502,15 +509,15 @@ class Pipeline:
         self.state.correction = correction_record(s.correction, corrected, self.device)
         if corrected and mine:
             correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
-        data = self.inputs.evaluation_data(s.evaluation) if mine or (dense_job and owner[-1] == self.dist.rank) else None
-        evaluation = Evaluation(s.evaluation, data, self.device) if data is not None else None
+        data = self.inputs.evaluation_data(settings) if mine or (dense_job and owner[-1] == self.dist.rank) else None
+        evaluation = Evaluation(settings, data, self.device) if data is not None else None
         self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
         timings = Timings()
         dense_metrics = None
         if evaluation is not None and dense_job and owner[-1] == self.dist.rank:
             with timings.measure("evaluation"):
                 dense_metrics = evaluation(self.model)
-        with Progress("export", len(mine), self._show(), unit="model") as bar:
+        with Progress("export", len(budgets), self._show(), unit="model") as bar:  # (every process's models)
             def finished(item: ExtractedModel) -> None:
                 bar.update(model=item.label, **{k.removesuffix("_top1"): round(100 * v, 2)
                                                 for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
@@ -520,10 +527,18 @@ class Pipeline:
                 evaluation=evaluation, save_dir=models_dir, spec=self.spec, overwrite=overwrite, cost=cost,
                 timings=timings, on_model=finished, measure_latency=cost.latency is not None,
             )
-        shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
+            shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
+            bar.update(len(budgets) - len(mine))  # the other processes' models, done too
         done = {item.label: item for share, _ in shares for item in share}
         self.state.extracted = [done[b.label()] for b in budgets]
         self.state.dense.metrics = next((m for _, m in shares if m is not None), None)
+        if apart:
+            timed = self.dist.gather(throughput_alone(self.model, self.state.extracted, s.evaluation, self.device,
+                                                      bool(dense_job)) if self.dist.is_main else None)[0]
+            for item in self.state.extracted:
+                item.metrics = with_timed(item.metrics, timed[item.label])
+            if dense_job:
+                self.state.dense.metrics = with_timed(self.state.dense.metrics, timed["dense"])
         for stage in ("correction", "evaluation"):  # this process's wall clock, as every stage's
             if getattr(timings, f"{stage}_s") is not None:
                 self.state.timings.add(stage, getattr(timings, f"{stage}_s"))
