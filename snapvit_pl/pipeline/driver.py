@@ -43,8 +43,8 @@ from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
 from ..search.population import AllGather, share_by_cost
 from .extraction import (
-    Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing, throughput_alone,
-    with_timed,
+    Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing, resolved_model,
+    throughput_alone, with_timed,
 )
 from .importance import AllReduceSum
 from .inputs import StageInputs
@@ -490,9 +490,10 @@ class Pipeline:
         budgets = s.export.budgets if budgets is None else [Budget.parse(b) for b in budgets]
         cost = self._cost_for(budgets, shared=True)
         scores = self.elastic_scores()
-        # every budget resolved (a budget that cannot be met fails on every rank, before anything is written), then
-        # the models (and the dense evaluation) shared across ranks by their cost
-        flops = [cost.flops(scores.subnet(b, cost)[0]) / cost.dense_flops for b in budgets]
+        # every budget resolved once (a budget that cannot be met fails on every rank, before anything is written),
+        # then the models (and the dense evaluation) shared across ranks by their cost
+        resolved = [resolved_model(b, scores, cost, s.export.mlp_multiple) for b in budgets]
+        flops = [item.flops / cost.dense_flops for item in resolved]
         if models_dir is None and self.run_dir is not None and s.export.save_models:
             models_dir = self.run_dir / "models"
         if models_dir is not None and not overwrite:  # on every rank, before any work
@@ -503,7 +504,7 @@ class Pipeline:
         settings = replace(s.evaluation, metrics=[m for m in s.evaluation.metrics if m != "throughput"]) if apart else \
             s.evaluation
         owner = share_by_cost(flops + ([1.0] if dense_job else []), self.dist.world_size)
-        mine = [b for b, r in zip(budgets, owner) if r == self.dist.rank]
+        mine = [item for item, r in zip(resolved, owner) if r == self.dist.rank]
         correction = None
         corrected = s.correction.active(self.device)
         self.state.correction = correction_record(s.correction, corrected, self.device)

@@ -168,7 +168,7 @@ def refuse_existing(save_dir: str | Path, labels: Sequence[str]) -> None:
 def extract_models(
     base: nn.Module,
     scores: ElasticScores,
-    budgets: Sequence[Budget],
+    budgets: Sequence[Budget | ExtractedModel],
     *,
     mlp_multiple: Optional[int] = None,
     correction: Optional[Correction] = None,
@@ -190,7 +190,8 @@ def extract_models(
     Args:
         base: the dense base model the scores belong to (never modified).
         scores: its elastic scores.
-        budgets: the budgets to cut.
+        budgets: the budgets to cut, or their models already resolved (:func:`resolved_model`: each budget resolved
+            once per run).
         mlp_multiple: round MLP widths to this multiple (default: the run's, recorded in ``scores``).
         correction: weight correction applied while cutting (None: plain surgery).
         evaluation: evaluation of each model (None: not evaluated).
@@ -203,7 +204,8 @@ def extract_models(
         on_model: called with each finished model (progress, logging).
         measure_latency: time each model on the latency table's device and batch size, next to its prediction.
     """
-    budgets = [Budget.parse(b) for b in budgets]
+    resolved = [b for b in budgets if isinstance(b, ExtractedModel)]
+    budgets = [b.budget if isinstance(b, ExtractedModel) else Budget.parse(b) for b in budgets]
     check_unique_labels(budgets)  # one model per folder, so the report describes what is on disk
     if save_dir is not None and spec is None:
         if not scores.base.get("model_name"):
@@ -211,7 +213,8 @@ def extract_models(
         spec = BackboneSpec.from_dict(scores.base)
     timings = timings if timings is not None else Timings()
     cost = cost or CostModel(base)
-    items = [resolved_model(budget, scores, cost, mlp_multiple) for budget in budgets]  # all before any cut or write
+    items = resolved if len(resolved) == len(budgets) else [  # all before any cut or write
+        resolved_model(budget, scores, cost, mlp_multiple) for budget in budgets]
     if save_dir is not None and not overwrite:
         refuse_existing(save_dir, [item.label for item in items])
     extracted = []

@@ -24,6 +24,7 @@ Gauss-Newton Gram: docs/development.md.)
 """
 from __future__ import annotations
 
+import copy
 import inspect
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
@@ -195,7 +196,7 @@ class Scorer(ABC):
     def accumulator(self, model: nn.Module, context: Optional[ScoringContext] = None) -> "Scorer":
         """A fresh scorer of this configuration bound to ``model`` (:meth:`setup`): what a run feeds its batches to;
         this object stays a configuration."""
-        bound = type(self)(**self.config())
+        bound = copy.copy(self)  # the arguments as they are: checked when this configuration was made
         bound.setup(model, context)
         return bound
 
