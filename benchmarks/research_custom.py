@@ -391,8 +391,25 @@ class ZerothOrderStagesGreedy(GaussNewtonGreedy):
         return rows, None
 
 
+class LateStagesGreedy(GaussNewtonGreedy):
+    """Issue 46: :class:`GaussNewtonGreedy` re-linearised only past ``start`` of the removable units (its later stages
+    share the rest equally): the budgets before ``start`` are the one-shot order's."""
+
+    name = "gn_greedy_late"
+
+    def __init__(self, start: float = 0.7, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.start = start
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "start": self.start}
+
+    def _stage_end(self, stage: int) -> float:
+        return self.start + (1 - self.start) * stage / max(1, self.stages - 1)
+
+
 PREDICTION_SCORERS = {"sensitivity": PredictionSensitivity, "gn_greedy": PredictionGaussNewtonGreedy}
-RESEARCH_SCORERS = {"gn_greedy_nolin": ZerothOrderStagesGreedy}
+RESEARCH_SCORERS = {"gn_greedy_nolin": ZerothOrderStagesGreedy, "gn_greedy_late": LateStagesGreedy}
 
 
 def research_scorer(name: str, **kwargs: Any) -> Scorer:

@@ -198,6 +198,9 @@ VARIANTS: dict[str, Variant] = {
                       views="plain", coefficients="none"),
     "gn4_st3_nolin": Variant("gn_greedy_nolin", {"probes": 4, "gram": "full", "cross_weight": 0.5, "stages": 3},
                              views="plain", coefficients="none"),
+    **{f"gn4_late{int(100 * a)}_st{k}": Variant("gn_greedy_late", {"probes": 4, "gram": "full", "cross_weight": 0.5,
+                                                                   "stages": k, "start": a}, views="plain",
+                                                 coefficients="none") for a, k in ((0.7, 2), (0.6, 3))},
     # issue 45: the pass in bf16 autocast (the default on CUDA) against fp32, on the same images and probes
     "gn4_bf16": Variant("gn_greedy", {"probes": 4, "gram": "full", "cross_weight": 0.5, "precision": "bf16"},
                         views="plain", coefficients="none"),
@@ -207,7 +210,7 @@ VARIANTS: dict[str, Variant] = {
 # the same sub-networks with SparseGPT correction (and FLAP's bias compensation) at extraction
 for _name in ("ours", "label_fisher_split", "snip_magnitude_split", "taylor_split", "flap_split", "sens_none_split",
               "sens4_none_split", "gn4_full", "gn4_cw05", "gn_greedy_split", "gn4_st2", "gn4_st3", "gn4_st4",
-              "gn4_st3_cw1", "gn4_ca", "gn4_st3_ca", "activation_z_split", "wanda_sp_z_split", "label_fisher_none_split", "ssl_fisher_xnes"):
+              "gn4_st3_cw1", "gn4_ca", "gn4_st3_ca", "gn4_late70_st2", "gn4_late60_st3", "activation_z_split", "wanda_sp_z_split", "label_fisher_none_split", "ssl_fisher_xnes"):
     if _name in VARIANTS:
         VARIANTS[f"{_name}+sgpt"] = replace(VARIANTS[_name], correction="sparsegpt")
         VARIANTS[f"{_name}+bias"] = replace(VARIANTS[_name], correction="bias")

@@ -230,11 +230,15 @@ class GaussNewtonGreedy(OutputSensitivity):
         self._require_setup()
         if self._stage + 1 >= self.stages:
             raise ScoringError(f"{self.name}: all {self.stages} stages are done; compute() gives the scores")
-        target = round((self._stage + 1) / self.stages * self._count)
+        target = round(self._stage_end(self._stage) * self._count)
         self._remove(target - sum(len(o) for o in self._order))
         self._stage += 1
         self._acc = self._new_accumulators()
         self._batches, self._samples = 0, 0
+
+    def _stage_end(self, stage: int) -> float:
+        """The share of the removable units removed when stage ``stage`` (0-based, not the last) ends: equal shares."""
+        return (stage + 1) / self.stages
 
     def _remove(self, count: int) -> None:
         """The greedy on the accumulated statistics removes ``count`` units among those present."""
