@@ -42,12 +42,13 @@ from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import iter_slots, min_kept
 from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments
+from ..seeding import resolve_seed
 from .activation import output_layer
-from .base import LocalScores, Scorer, ScoringContext, ScoringError, grad_only, model_device_dtype
+from .base import LocalScores, ScoringContext, ScoringError, SummedStatistics, grad_only, model_device_dtype
 from .gram import (
     DEFAULT_RANK, GRAMS, GREEDY_STEPS, BlockRowGram, Gram, LowRankGram, greedy_order, resolve_gram,
 )
-from .sensitivity import DEFAULT_PROBES, OutputSensitivity, gaussian_probes, probe_seeds, probe_vjps, unit_masks
+from .sensitivity import DEFAULT_PROBES, gaussian_probes, probe_seeds, probe_vjps, unit_masks
 
 #: the weight of the interaction terms in the greedy's increments: the Gram's off-diagonal part is estimated from
 #: N images x K probes and the second-order model is least accurate at deep cuts, so the greedy shrinks it halfway
@@ -59,7 +60,7 @@ CORRECTION_DAMPING = 0.01
 PRECISIONS = ("auto", "bf16", "32")
 
 
-class GaussNewtonGreedy(OutputSensitivity):
+class GaussNewtonGreedy(SummedStatistics):
     """A nested removal order from the Gauss-Newton model of the embedding drift over all units (label-free).
 
     :class:`OutputSensitivity` scores each unit by its own drift, as if units were removed one at a time; this
@@ -89,14 +90,15 @@ class GaussNewtonGreedy(OutputSensitivity):
     """
 
     name = "gn_greedy"
+    requires_labels = False
+    views = "plain"
 
     def __init__(self, probes: NonNegativeInt = DEFAULT_PROBES, gram: Gram = "auto", rank: PositiveInt = DEFAULT_RANK,
                  cross_weight: ClosedUnitInterval = DEFAULT_CROSS_WEIGHT, max_steps: PositiveInt = GREEDY_STEPS,
                  stages: PositiveInt = 1, correction_aware: bool = False, precision: Precision = "auto",
                  seed: Optional[Seed] = None):
-        super().__init__(probes=probes, seed=seed)
-        check_arguments(GaussNewtonGreedy.__init__, locals(), "importance.scorer.init_args",
-                        skip={"self", "__class__", "probes", "seed"})  # (those: OutputSensitivity's, once)
+        check_arguments(GaussNewtonGreedy.__init__, locals(), "importance.scorer.init_args", skip={"self"})
+        self.probes, self.seed = int(probes), resolve_seed(seed)
         if gram not in GRAMS:
             raise ScoringError(f"gn_greedy: gram must be one of {', '.join(GRAMS)}, got {gram!r}")
         self.gram, self.rank, self.max_steps = gram, int(rank), int(max_steps)
@@ -107,6 +109,9 @@ class GaussNewtonGreedy(OutputSensitivity):
         self.precision = precision
         #: ``(form, why)`` after :meth:`setup`: the Gram form used (``auto`` resolved on the model's device)
         self.resolved: Optional[tuple[str, str]] = None
+
+    def _probe_scale(self) -> int:
+        return 1 if self.probes == 0 else self.probes
 
     @property
     def passes(self) -> int:
@@ -119,7 +124,7 @@ class GaussNewtonGreedy(OutputSensitivity):
 
     # -- the pass ----------------------------------------------------------------------------------------------
     def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
-        Scorer.setup(self, model, context)
+        super().setup(model, context)
         self._device, self._dtype = model_device_dtype(model)
         self._groups = [(f"{b.index}.{kind}", kind, getattr(b, kind)) for b in self.blocks for kind in ("heads", "neurons")]
         for key, kind, group in self._groups:
@@ -208,7 +213,7 @@ class GaussNewtonGreedy(OutputSensitivity):
         self._acc[f"inputs.{key}"].addmm_(x.T, x)
 
     def _drift_so_far(self) -> Tensor:
-        """What the Gram's diagonal estimates so far, to log per batch (as :meth:`OutputSensitivity.update`): the
+        """What the Gram's diagonal estimates so far, to log per batch (as :class:`OutputSensitivity` logs it): the
         mean second-order drift of the embedding when one head (``drift_per_head``) or one MLP neuron
         (``drift_per_neuron``) is removed alone, averaged over each block's units, then over the blocks
         (``[2]`` float64, on the device)."""
