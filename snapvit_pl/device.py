@@ -25,14 +25,21 @@ def resolve_device(device: Union[str, torch.device, None] = None) -> torch.devic
     Raises:
         ConfigError: a CUDA device this machine does not have.
     """
+    from .errors import ConfigError
+
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"device {device!r} is not a device name; give cpu, cuda or cuda:N (e.g. cuda:0)") from None
     if resolved.type == "cuda" and (not torch.cuda.is_available() or (resolved.index or 0) >= torch.cuda.device_count()):
-        from .errors import ConfigError
-
         have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA device"
         raise ConfigError(f"device {device} is not available on this machine ({have}); use cpu or an existing device")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {device} is not available on this machine (no Apple MPS); use cpu")
+    if resolved.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device {device!r}: snapvit-pl computes on cpu, cuda or mps; give one of those")
     return resolved
 
 

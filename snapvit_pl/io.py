@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from .errors import CheckpointError, ConfigError, SnapViTError, storage_error
+from .errors import CheckpointError, ConfigError, SnapViTError, os_error, storage_error
 
 _PACKAGE = Path(__file__).resolve().parent
 #: The folder holding the shipped ``configs/`` (the presets) and ``assets/`` (the demo's model): the installed
@@ -32,6 +32,25 @@ def resolve_path(path: str | os.PathLike) -> Path:
     return path
 
 
+def special_file(path: str | os.PathLike) -> Optional[str]:
+    """What ``path`` is when it exists but is neither a regular file nor a directory (following links): ``a named pipe
+    (FIFO)``, ``a socket``, ``a device``; None otherwise. Reading such a file can block for ever (a FIFO nobody writes
+    to), so every reader of a user's path refuses it first."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return None
+
+
 def weights_file(path: str | os.PathLike) -> Path:
     """The existing weights file ``path`` names (:func:`resolve_path`).
 
@@ -42,6 +61,9 @@ def weights_file(path: str | os.PathLike) -> Path:
     if resolved.is_dir():
         raise CheckpointError(f"checkpoint_path {resolved} is a directory; give a weights file (a pruned checkpoint "
                               "directory is read by --checkpoint / load_pruned)")
+    if special_file(resolved) is not None:
+        raise CheckpointError(f"checkpoint_path {resolved} is {special_file(resolved)}, not a weights file; give a "
+                              "weights file")
     if not resolved.is_file():
         raise CheckpointError(f"checkpoint file not found: {resolved}; pass an existing weights file as checkpoint_path")
     return resolved
@@ -95,13 +117,18 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = True, replaces: Optio
                     folder.rmdir()
                 except OSError:
                     break
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) \
-                and not isinstance(err, SnapViTError):
-            raise storage_error(err, str(path), needed=size, written=written) from err
+        failure = None if isinstance(err, SnapViTError) else os_error(err)  # whatever library raised it
+        if failure is not None:
+            raise storage_error(failure, str(path), needed=size if failure.errno in _FULL else None,
+                                written=written) from err
         raise
     finally:
         if target is not None:
             shutil.rmtree(target.parent, ignore_errors=True)
+
+
+#: The errors of a full disk or a file-size limit (what ``size`` / the bytes written are reported for).
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _written(target: Optional[Path]) -> Optional[int]:
@@ -210,6 +237,13 @@ def _follow_umask(target: Path) -> None:
     for item in [target, *(target.rglob("*") if target.is_dir() else [])]:
         if not item.is_symlink():
             item.chmod((0o777 if item.is_dir() else 0o666) & ~mask)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path``: a plain write, whose failure is an ``OSError`` with its errno (what a library's own
+    writer may not say: torch's names none), for bytes serialised in memory first."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

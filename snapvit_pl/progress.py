@@ -24,6 +24,29 @@ MODES = ("auto", "bar", "lines", "off")
 LINE_INTERVAL = 10.0
 
 
+def line_interval() -> float:
+    """Seconds between two log lines: ``SNAPVIT_PROGRESS_INTERVAL`` when set, else :data:`LINE_INTERVAL`.
+
+    Raises:
+        ConfigError: the variable is not a number of seconds >= 0.
+    """
+    import math
+
+    text = os.environ.get("SNAPVIT_PROGRESS_INTERVAL", "").strip()
+    if not text:
+        return LINE_INTERVAL
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        from .errors import ConfigError
+
+        raise ConfigError(f"SNAPVIT_PROGRESS_INTERVAL={text!r} is not a number of seconds >= 0; give e.g. 10, or unset "
+                          f"it (default {LINE_INTERVAL:g} s)")
+    return seconds
+
+
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
@@ -75,7 +98,7 @@ class Progress:
         self.mode = resolve_mode(mode, self.stream)
         self.done, self.initial = initial, initial
         self.fields: dict[str, Any] = {}
-        self.interval = interval if interval is not None else float(os.environ.get("SNAPVIT_PROGRESS_INTERVAL", LINE_INTERVAL))
+        self.interval = interval if interval is not None else line_interval()
         self.started = time.perf_counter()
         self._last_line = self.started
         self._bar = None

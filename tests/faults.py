@@ -44,8 +44,10 @@ except ImportError:  # pragma: no cover
 
 def disk_full_at(monkeypatch, target: str, call: int) -> list[int]:
     """Make the writer ``target`` (``"module.function"``, e.g. ``snapvit_pl.models.checkpoint.save_file``) run out of
-    space on its ``call``-th call (1-based): it writes half of the file, then fails with ENOSPC, as a full disk does.
-    Returns the list of calls made so far (for the test to check the fault happened)."""
+    space on its ``call``-th call (1-based): it writes half of the file, then fails with ENOSPC, as a full disk does,
+    raising what that writer raises (safetensors' ``save_file``: its own ``SafetensorError``, naming the OS error
+    only in its message; any other: ``OSError``). Returns the list of calls made so far (for the test to check the
+    fault happened)."""
     import errno
     import os
     from pathlib import Path
@@ -69,9 +71,14 @@ def disk_full_at(monkeypatch, target: str, call: int) -> list[int]:
         calls.append(len(calls) + 1)
         result = real(*args, **kwargs)
         if len(calls) == call:
-            path = Path(str(args[1]))
+            path = next(Path(a) for a in args if isinstance(a, (str, os.PathLike)) and Path(a).is_file())
             size = path.stat().st_size
             os.truncate(path, size // 2)
+            if name == "save_file":
+                from safetensors import SafetensorError
+
+                raise SafetensorError(f"Error while serializing: I/O error: {os.strerror(errno.ENOSPC)} (os error "
+                                      f"{errno.ENOSPC})")
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return result
 

@@ -19,12 +19,29 @@ NESTED = '''Parser key "data":
     (NESTED, "--data.init_args.batch_size: 0 is out of range: must be > 0"),
     ('Parser key "search.max_evaluations":\n  Expected a <class \'int\'>. Got value: abc',
      "--search.max_evaluations: Expected a <class 'int'>. Got value: abc"),
-    ("unrecognized arguments: --search.max_evaluationz=3", "unrecognized arguments: --search.max_evaluationz=3"),
 ])
 def test_parser_errors_become_one_line_naming_the_key(message, expected):
     error = config_error(argparse.ArgumentError(None, message), "python prune.py")
     assert isinstance(error, ConfigError) and "\n" not in str(error)
     assert str(error) == f"{expected}; see python prune.py --help for the accepted values"
+
+
+def test_a_misspelt_option_gets_the_likely_one_at_any_depth():
+    """A top-level option of the command's parser, and an argument of a class given by class_path (the data's, the
+    scorer's): "did you mean", as the command line's own check says it."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--search.max_evaluations", type=int)
+    error = config_error(argparse.ArgumentError(None, "unrecognized arguments: --search.max_evaluationz=3"),
+                         "python prune.py", parser)
+    assert str(error) == ("--search.max_evaluationz: no such option; did you mean --search.max_evaluations? see python "
+                          "prune.py --help for the options")
+    nested = NESTED.replace("Parser key \"batch_size\":\n          Not of type PositiveInt: 0 does not conform to "
+                            "restriction v>0", "Option 'rot' is not accepted")
+    assert str(config_error(argparse.ArgumentError(None, nested), "snapvit-pl evaluate")) == (
+        "--data.init_args.rot: no such option; did you mean --data.init_args.root? see snapvit-pl evaluate --help for "
+        "the options")
 
 
 def test_exit_with_error_prints_one_line_or_raises_when_verbose(capsys, monkeypatch):
@@ -36,3 +53,41 @@ def test_exit_with_error_prints_one_line_or_raises_when_verbose(capsys, monkeypa
     monkeypatch.setenv("SNAPVIT_VERBOSE", "1")
     with pytest.raises(ConfigError):
         exit_with_error(ConfigError("bad"))
+
+
+def test_the_os_error_behind_any_library_error():
+    import errno
+
+    from safetensors import SafetensorError
+
+    from snapvit_pl.errors import StorageError, os_error
+
+    assert os_error(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")).errno \
+        == errno.ENOSPC
+    wrapped = RuntimeError("failed")
+    wrapped.__cause__ = OSError(errno.EFBIG, "File too large")
+    assert os_error(wrapped).errno == errno.EFBIG
+    assert os_error(RuntimeError("unexpected pos 704 vs 598")) is None and os_error(StorageError("x")) is None
+
+
+def test_a_storage_error_without_a_file_names_the_folder_written_never_the_working_directory(tmp_path, monkeypatch):
+    import errno
+
+    from snapvit_pl.errors import storage_error
+
+    monkeypatch.chdir(tmp_path)
+    full = OSError(errno.ENOSPC, "No space left on device")  # (a writer that does not say which file)
+    assert str(storage_error(full, where="/tmp")).startswith("cannot write a file in /tmp: No space left on device")
+    assert "free in /tmp" in str(storage_error(full, where="/tmp"))
+    assert "free space unknown" in str(storage_error(full)) and str(tmp_path) not in str(storage_error(full))
+
+
+@pytest.mark.parametrize("value, verbose", [("", False), ("0", False), ("false", False), ("1", True), ("yes", True)])
+def test_snapvit_verbose_is_read_as_on_or_off(monkeypatch, value, verbose):
+    from snapvit_pl.errors import env_verbose
+
+    monkeypatch.setenv("SNAPVIT_VERBOSE", value)
+    assert env_verbose() is verbose
+    monkeypatch.setenv("SNAPVIT_VERBOSE", "maybe")
+    with pytest.raises(ConfigError, match="SNAPVIT_VERBOSE='maybe'"):
+        env_verbose()

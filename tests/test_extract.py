@@ -10,7 +10,7 @@ from snapvit_pl.models import BackboneSpec, count_flops, load_backbone, load_pru
 @pytest.fixture
 def scores_file(tmp_path):
     spec = FAMILIES["dino_vit"]
-    model = load_backbone(spec)
+    model = load_backbone(BackboneSpec(spec.model_name, False, None, spec.model_kwargs, seed=7))  # not seed 0's
     save_file(model.state_dict(), str(tmp_path / "base.safetensors"))
     scores = random_elastic_scores(model)
     scores.base = BackboneSpec(spec.model_name, False, str(tmp_path / "base.safetensors"), spec.model_kwargs).to_dict()
@@ -37,7 +37,7 @@ def test_extracts_every_budget_with_the_runs_rounding_and_splits(scores_file, tm
 
 def test_other_base_weights_are_refused(scores_file, tmp_path, capsys):
     path, _ = scores_file
-    other = load_backbone(FAMILIES["dino_vit"])  # same architecture, different random weights
+    other = load_backbone(FAMILIES["dino_vit"])  # same architecture, different random weights (seed 0, not 7)
     save_file(other.state_dict(), str(tmp_path / "other.safetensors"))
     code = main(["--scores", str(path), "--export.budgets=[{flops: 0.5}]", "--out_dir", str(tmp_path / "out"),
                  "--model.checkpoint_path", str(tmp_path / "other.safetensors")])

@@ -88,3 +88,29 @@ def test_card_command_and_bad_repository_names(pruned, capsys):
     assert "library_name: snapvit-pl" in capsys.readouterr().out
     assert main(["push", "--checkpoint", str(pruned), "--repo", "no-slash"]) == 2
     assert "must be org/name" in capsys.readouterr().err
+
+
+def test_a_hub_that_accepts_and_never_answers_ends_the_push_in_bounded_time(pruned, capsys):
+    """Issue 48: huggingface_hub's client has no timeout; a server that accepted the connection and never answered held
+    `hub push` for ever. Each request now waits --timeout seconds at most: one error line naming the option."""
+    import socket
+    import threading
+    import time
+
+    from huggingface_hub import constants
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(server.accept()) for _ in range(8)], daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+    started = time.perf_counter()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(constants, "ENDPOINT", endpoint)
+        code = main(["push", "--checkpoint", str(pruned), "--repo", "org/name", "--token", "hf_x", "--timeout", "0.5"])
+    assert code == 2 and time.perf_counter() - started < 60
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "did not answer within --timeout 0.5 s" in error, error
+    assert accepted, "the server was reached (the timeout, not a refused connection, ended the push)"
+    server.close()

@@ -116,3 +116,30 @@ def test_permissions_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o640
+
+
+def test_an_io_failure_of_any_library_names_the_file_and_its_devices_space(tmp_path):
+    """safetensors raises its own SafetensorError (the OS error only in its message); a writer maps it as any OSError:
+    the file, the free space of the folder it was written in (not of the working directory), the way out."""
+    from safetensors import SafetensorError
+
+    target = tmp_path / "deep" / "model.safetensors"
+    with pytest.raises(StorageError) as caught:
+        with atomic_path(target):
+            raise SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+    message = str(caught.value)
+    assert message.startswith(f"cannot write {target}: File too large") and "ulimit -f" in message
+    assert f"free in {tmp_path}" in message and not target.exists()
+    with pytest.raises(StorageError, match=f"{tmp_path / 'ro.json'}: Permission denied; check its permissions"):
+        with atomic_path(tmp_path / "ro.json"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+
+def test_a_named_pipe_is_told_apart_from_a_file(tmp_path):
+    from snapvit_pl.io import special_file, weights_file
+
+    os.mkfifo(tmp_path / "pipe")
+    assert special_file(tmp_path / "pipe") == "a named pipe (FIFO)"
+    assert special_file(tmp_path) is None and special_file(tmp_path / "missing") is None
+    with pytest.raises(CheckpointError, match="is a named pipe"):
+        weights_file(tmp_path / "pipe")

@@ -50,3 +50,17 @@ def test_a_stage_cut_short_says_stopped_not_done():
             bar.update(1)
             raise KeyboardInterrupt
     assert stream.getvalue().splitlines() == ["[snapvit] export: 1/4 models (25%), elapsed 0:00, stopped"]
+
+
+def test_the_line_interval_variable_is_a_number_of_seconds(monkeypatch):
+    from snapvit_pl.errors import ConfigError
+    from snapvit_pl.progress import LINE_INTERVAL, line_interval
+
+    monkeypatch.delenv("SNAPVIT_PROGRESS_INTERVAL", raising=False)
+    assert line_interval() == LINE_INTERVAL
+    monkeypatch.setenv("SNAPVIT_PROGRESS_INTERVAL", "2.5")
+    assert line_interval() == 2.5 and Progress("x", 3, "lines", stream=io.StringIO()).interval == 2.5
+    for bad in ("abc", "-1", "nan", "inf"):
+        monkeypatch.setenv("SNAPVIT_PROGRESS_INTERVAL", bad)
+        with pytest.raises(ConfigError, match="SNAPVIT_PROGRESS_INTERVAL"):
+            line_interval()

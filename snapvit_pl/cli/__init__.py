@@ -38,6 +38,10 @@ def version() -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """``snapvit-pl COMMAND ...``: run one command; returns the exit status."""
+    if argv is None:
+        from .common import reexec_in_utf8_mode
+
+        reexec_in_utf8_mode()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -50,6 +54,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: unknown command {command!r}; choose one of {', '.join(COMMANDS)} (snapvit-pl --help)",
               file=sys.stderr)
         return 2
+    from .common import dispatched
+
     module = importlib.import_module(f".{COMMANDS[command][0]}", __name__)
     entry = {"prune": "prune_main", "train": "train_main", "pretrain": "pretrain_main"}.get(command, "main")
-    return getattr(module, entry)(rest)
+    with dispatched():  # its messages name snapvit-pl COMMAND
+        return getattr(module, entry)(rest)

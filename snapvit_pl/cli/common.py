@@ -21,10 +21,11 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from ..errors import ConfigError, SnapViTError, config_error, exit_with_error, storage_error
-from ..io import DATA_ROOT
+from ..errors import ConfigError, SnapViTError, config_error, env_verbose, exit_with_error, os_error, storage_error
+from ..io import DATA_ROOT, special_file
 
 #: The shipped presets, ``configs/<kind>/<name>.yaml`` (in the installed package or the checkout: :data:`DATA_ROOT`).
 PRESETS_DIR = DATA_ROOT / "configs"
@@ -42,6 +43,7 @@ PROJECT_SECTIONS = ("model", "data", "seg_data", "importance", "search", "export
 for _message in (
     ".*returned `None`, this fit will run with no optimizer", ".*but have no `validation_step`",
     ".*LightningCLI's args parameter", ".*module\\(s\\) in eval mode at the start of training", ".*isinstance.treespec, LeafSpec.*",
+    ".*is smaller than the logging interval",  # train's LogEveryEpoch lowers the interval to the epoch's batches
 ):
     warnings.filterwarnings("ignore", message=_message)
 
@@ -65,12 +67,53 @@ def quiet_lightning() -> None:
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
+#: Set while a command runs through the ``snapvit-pl`` dispatcher (:func:`snapvit_pl.cli.main`): its messages then
+#: name ``snapvit-pl prune``, not ``python prune.py``.
+_DISPATCHED: list[bool] = [False]
+
+
+@contextmanager
+def dispatched() -> Iterator[None]:
+    """Commands run inside this block were started as ``snapvit-pl COMMAND`` (:func:`program`)."""
+    before, _DISPATCHED[0] = _DISPATCHED[0], True
+    try:
+        yield
+    finally:
+        _DISPATCHED[0] = before
+
+
+def program(command: str) -> str:
+    """How the user started ``command`` (``"python prune.py"``, ``"snapvit-pl prune"`` or the ``snapvit-pl X`` of
+    any other command), for its usage line, its help and the commands its messages suggest: ``python prune.py`` /
+    ``python train.py`` only when the process runs those scripts (or calls their entry points directly), else the
+    installed command."""
+    name = command.split()[-1].removesuffix(".py")
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    if name in ("prune", "train") and not _DISPATCHED[0] and script != "snapvit-pl":
+        return f"python {name}.py"
+    return f"snapvit-pl {name}"
+
+
+#: The parser a command built last (:func:`remember_parser`): what a misspelt option is matched against.
+_PARSERS: list[Any] = []
+
+
+def remember_parser(parser: Any) -> Any:
+    """Keep ``parser`` (a command's, once built) for the "did you mean" of an unknown option; returns it."""
+    _PARSERS[:] = [parser]
+    return parser
+
+
+def last_parser() -> Any:
+    """The parser a command built last (None before any)."""
+    return _PARSERS[0] if _PARSERS else None
+
 
 def pop_verbose(argv: list[str], keep: bool = True) -> tuple[list[str], bool]:
     """Read ``--verbose`` before parsing (errors of the parsing itself need it): ``--verbose``, ``--verbose true``,
     ``--verbose=false``; returns the arguments with it written ``--verbose=<value>`` (removed unless ``keep``) and
     the value (``SNAPVIT_VERBOSE=1`` also turns it on)."""
-    out, verbose, i = [], bool(os.environ.get("SNAPVIT_VERBOSE")), 0
+    out, verbose, i = [], env_verbose(), 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--verbose" or arg.startswith("--verbose="):
@@ -111,42 +154,148 @@ def out_of_memory(err: BaseException) -> bool:
 
 def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]], command: str,
                 cleanup: Optional[Callable[[], None]] = None, keep_verbose: bool = True,
-                batch_options: Sequence[str] = (), presets: str = "prune") -> int:
+                batch_options: Sequence[str] = (), presets: str = "prune",
+                writing: Optional[Callable[[], Optional[Path]]] = None) -> int:
     """Run a command's ``body(argv)``; an error the user can fix (or a bad option) becomes one ``error:`` line and
     status 2 (``cleanup`` runs first), unless ``--verbose`` asks for the traceback (``keep_verbose``: the command's
-    parser reads ``--verbose`` too). Running out of memory is such an error: its line names ``batch_options``.
-    ``body`` gets ``argv`` with its ``--config`` values first and each one the file it names (a preset's name of
-    the kind ``presets``: its shipped file, :func:`resolve_configs`)."""
+    parser reads ``--verbose`` too). Running out of memory is such an error: its line names ``batch_options``; so is
+    an I/O failure whatever library raised it (``writing``: the folder the command writes, named when the error does
+    not say which file). Ctrl+C ends it with one line and status 130. A reader of the standard output that goes away
+    (``| head -1``) changes nothing: the rest of the output is dropped. ``body`` gets ``argv`` with its ``--config``
+    values first and each one the file it names (a preset's name of the kind ``presets``: its shipped file,
+    :func:`resolve_configs`)."""
+    if argv is None:
+        reexec_in_utf8_mode()  # (the process's own command line only)
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = False
-    try:
-        argv, verbose = pop_verbose(argv, keep_verbose)
-        return body(resolve_configs(configs_first(argv), presets))
-    except (SnapViTError, argparse.ArgumentError) as err:
-        if cleanup is not None:
-            cleanup()
-        return exit_with_error(err if isinstance(err, SnapViTError) else config_error(err, command), verbose)
-    except (TypeError, ValueError) as err:  # jsonargparse wraps what building the model or the data raised
+    with tolerate_closed_output():
+        try:
+            check_environment()
+            argv, verbose = pop_verbose(argv, keep_verbose)
+            return body(resolve_configs(configs_first(argv), presets))
+        except KeyboardInterrupt:
+            if cleanup is not None:
+                cleanup()
+            print(f"interrupted: {program(command)} stopped before it finished (Ctrl+C); run it again", file=sys.stderr)
+            return 130
+        except (SnapViTError, argparse.ArgumentError) as err:
+            if cleanup is not None:
+                cleanup()
+            return exit_with_error(err if isinstance(err, SnapViTError) else config_error(err, command, last_parser()),
+                                   verbose)
+        except Exception as err:  # noqa: BLE001 - what is not the user's to fix keeps its traceback (re-raised)
+            mapped = _user_facing(err, batch_options, writing)
+            if mapped is None:
+                raise
+            if cleanup is not None:
+                cleanup()
+            if mapped is not err and mapped.__cause__ is None:
+                mapped.__cause__ = err  # --verbose shows where it happened
+            return exit_with_error(err if verbose else mapped, verbose)
+
+
+def _user_facing(err: Exception, batch_options: Sequence[str],
+                 writing: Optional[Callable[[], Optional[Path]]]) -> Optional[BaseException]:
+    """The error the user can act on behind ``err`` (None: a bug, whose traceback is kept): an error of the project
+    that an instantiation wrapper re-raised (jsonargparse's TypeError / ValueError), an I/O failure (whatever library
+    raised it: ``OSError``, safetensors' ``SafetensorError``), or running out of memory."""
+    if isinstance(err, (TypeError, ValueError)):
         cause = user_error_in(err)
-        if cause is None:
-            raise
-        if cleanup is not None:
-            cleanup()
-        return exit_with_error(cause if not verbose else err, verbose)
-    except OSError as err:  # the one place an operating-system error (disk full, no permission) becomes a line
-        if cleanup is not None:
-            cleanup()
-        mapped = storage_error(err)
-        mapped.__cause__ = err  # --verbose shows where it happened
-        return exit_with_error(mapped, verbose)
-    except (RuntimeError, MemoryError) as err:
-        if not (out_of_memory(err) or isinstance(err, MemoryError)):
-            raise
-        if cleanup is not None:
-            cleanup()
+        if cause is not None:
+            return cause
+    failure = os_error(err)
+    if failure is not None:
+        where = writing() if writing is not None else None
+        return storage_error(failure, where=None if where is None else str(where))
+    if isinstance(err, MemoryError) or ("torch" in sys.modules and out_of_memory(err)):
         first = " ".join(str(err).split())[:160]
         hint = f"lower {', '.join(batch_options)}" if batch_options else "use a smaller model or a larger device"
-        return exit_with_error(ConfigError(f"out of memory ({first}); {hint}"), verbose)
+        return ConfigError(f"out of memory ({first}); {hint}")
+    return None
+
+
+def check_environment() -> None:
+    """Refuse, before anything is imported or read, what the process's environment makes impossible: a working
+    directory that was deleted (torch would not even load), and the project's environment variables set to values
+    they do not take (``SNAPVIT_VERBOSE``, ``SNAPVIT_PROGRESS_INTERVAL``)."""
+    from ..progress import line_interval
+
+    try:
+        os.getcwd()
+    except OSError as err:
+        raise ConfigError(f"the working directory no longer exists ({err.strerror or err}): it was deleted or moved; "
+                          "cd into an existing directory and run the command again") from None
+    env_verbose()
+    line_interval()
+
+
+def reexec_in_utf8_mode() -> None:
+    """Start this command again in Python's UTF-8 mode when the locale's file-system encoding is ASCII (``LC_ALL=C``
+    with ``PYTHONUTF8=0``): there, a non-ASCII path (``--out_dir``, a data root, one in a config) is undecodable, and
+    the configuration's YAML cannot carry it. In UTF-8 mode the same bytes name the same files. ``PYTHONUTF8=1`` is
+    set for it, so that the processes it starts (a multi-device run's) are in UTF-8 mode too."""
+    import codecs
+
+    try:
+        ascii_fs = codecs.lookup(sys.getfilesystemencoding()).name == "ascii"
+    except LookupError:
+        return
+    if not ascii_fs or sys.flags.utf8_mode or not getattr(sys, "orig_argv", None):
+        return
+    os.environ["PYTHONUTF8"] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+class _ClosedPipeTolerant:
+    """A standard stream whose reader may go away: once a write fails with a broken pipe, the stream's descriptor is
+    pointed at ``/dev/null`` and everything else written is dropped, so the command's outcome is what it would have
+    been (``prune.py ... | head -1`` finishes its run and exits 0)."""
+
+    def __init__(self, stream: Any):
+        self._stream, self.gone = stream, False
+
+    def _drop(self) -> None:
+        self.gone = True
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture): nothing to redirect
+            pass
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def tolerate_closed_output() -> Iterator[None]:
+    """Standard output and error as :class:`_ClosedPipeTolerant` streams for the duration of a command."""
+    streams = {name: getattr(sys, name) for name in ("stdout", "stderr")}
+    guarded = {name: stream if isinstance(stream, _ClosedPipeTolerant) else _ClosedPipeTolerant(stream)
+               for name, stream in streams.items()}
+    for name, stream in guarded.items():
+        setattr(sys, name, stream)
+    try:
+        yield
+    finally:
+        for name, stream in streams.items():
+            if getattr(sys, name) is guarded[name]:
+                setattr(sys, name, stream)
 
 
 def presets(kind: str = "prune") -> dict[str, Path]:
@@ -170,6 +319,8 @@ def resolve_config(value: str, kind: str = "prune") -> str:
         ConfigError: neither a file nor a preset (the line lists the presets).
     """
     path = Path(value)
+    if not _yaml_text(value) and special_file(path) is not None:  # reading it could wait for ever
+        raise ConfigError(f"--config {value} is {special_file(path)}, not a file; give a YAML file")
     if _yaml_text(value) or path.exists():
         return value
     if not path.is_absolute() and (DATA_ROOT / path).is_file():
@@ -254,7 +405,24 @@ def read_config(path: str | Path) -> tuple[str, dict[str, Any]]:
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path} holds a {type(data).__name__}, not a mapping of settings; write it as "
                           "group: {key: value} lines (e.g. search: {max_evaluations: 0})")
+    for key, value in data.items():
+        if key in GROUP_SECTIONS and value is not None and not isinstance(value, dict) and not (
+                key in CLASS_SECTIONS and isinstance(value, str)):
+            raise ConfigError(f"--config {path}: {key} is a {type(value).__name__}, not a mapping of its settings; write "
+                              f"it as {key}: {{key: value, ...}} (e.g. {GROUP_SECTIONS[key]})")
     return text, data
+
+
+#: Top-level sections of a config that hold settings (a mapping), with an example of each.
+GROUP_SECTIONS = {"model": "model: {model_name: vit_small_patch16_224.dino}",
+                  "data": "data: {init_args: {root: /data/imagenet}}", "seg_data": "seg_data: {init_args: {root: x}}",
+                  "importance": "importance: {min_mlp_keep: 0.05}", "search": "search: {max_evaluations: 0}",
+                  "export": "export: {budgets: [{flops: 0.5}]}", "correction": "correction: {enabled: true}",
+                  "evaluation": "evaluation: {metrics: [knn]}", "report": "report: {plots: false}",
+                  "trainer": "trainer: {max_epochs: 2}", "optimizer": "optimizer: {class_path: torch.optim.AdamW}",
+                  "lr_scheduler": "lr_scheduler: {class_path: torch.optim.lr_scheduler.StepLR}"}
+#: Of those, the sections that may name a class alone (``data: snapvit_pl.data.ClassificationDataModule``).
+CLASS_SECTIONS = ("model", "data", "seg_data", "optimizer", "lr_scheduler")
 
 
 #: The most values a config may expand to through YAML aliases (a "billion laughs" file expands to 10^9).
@@ -269,6 +437,8 @@ def _strict_loader():
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: YAML's merge, resolved by the base
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
@@ -383,7 +553,7 @@ def layer_config_option(parser: Any) -> Any:
     """``parser`` (LightningCLI's) with its ``--config`` reading each file's :data:`BASE_KEY` configs first."""
     action = parser._option_string_actions["--config"]
     action.__class__ = layered(type(action))
-    return parser
+    return remember_parser(parser)
 
 
 def config_action(sections: Iterable[str]):
@@ -471,7 +641,36 @@ def command_parser(prog: str, doc: str, sections: Iterable[str], epilog: Optiona
                         "another snapvit-pl command: the sections this one does not use are left out), or the name "
                         "of a shipped preset (e.g. dino_vitb16: configs/prune/dino_vitb16.yaml)")
     parser.add_argument("--verbose", type=bool, default=False, help="show the traceback of errors (or set SNAPVIT_VERBOSE=1)")
-    return parser
+    return remember_parser(parser)
+
+
+def check_device_counts(trainer: Any) -> None:
+    """Refuse a ``--trainer.devices`` or ``--trainer.num_nodes`` that cannot launch anything (0, -2, ...), before
+    Lightning does it with a traceback (``prune``, ``train``, ``pretrain``).
+
+    Raises:
+        ConfigError: one line naming the option.
+    """
+    devices = trainer.get("devices")
+    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+        devices = int(devices)
+    if isinstance(devices, int) and not isinstance(devices, bool) and (devices == 0 or devices < -1):
+        raise ConfigError(f"--trainer.devices {devices}: give a positive count, -1 or auto (every device), or a list "
+                          "of device indices")
+    nodes = trainer.get("num_nodes")
+    nodes = 1 if nodes is None else nodes
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise ConfigError(f"--trainer.num_nodes {nodes!r}: give a positive number of nodes")
+
+
+#: What the launchers set to a process's rank (Lightning's own processes: LOCAL_RANK; torchrun: RANK; SLURM, MPI).
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def first_process() -> bool:
+    """Whether this is the first (or only) process of a run: every other process of a multi-process run (started by
+    Lightning for its other devices, or by torchrun / srun / mpirun) has a non-zero rank in its environment."""
+    return all(os.environ.get(name, "0").strip() in ("", "0") for name in _RANK_VARIABLES)
 
 
 def tensorboard_logger(save_dir: str | Path, **options: Any) -> dict[str, Any]:
@@ -519,13 +718,22 @@ def check_output_dir(path: str | Path, option: str) -> Path:
     return path
 
 
-def check_output_file(path: str | Path, option: str, overwrite: bool = True) -> Path:
+def check_output_file(path: str | Path, option: str, overwrite: Optional[bool] = True,
+                      ours: Optional[Callable[[Path], bool]] = None) -> Path:
     """Refuse, before anything is written, an output file that cannot be written (a directory, under a file, in
-    a read-only directory) or that exists without ``overwrite``."""
+    a read-only directory, a named pipe) or that exists without ``overwrite``; ``overwrite`` None (the default of
+    ``--overwrite``): an existing file is replaced only when ``ours(path)`` says this command wrote it."""
+    from ..io import special_file
+
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{option} {path} is a directory; give a file path")
-    if path.exists() and not overwrite:
+    if special_file(path) is not None:
+        raise ConfigError(f"{option} {path} is {special_file(path)}, not a file; give a file path")
+    if path.exists() and overwrite is None and not (ours is not None and ours(path)):
+        raise ConfigError(f"{option} {path} exists and was not written by this command; pass --overwrite true to "
+                          "replace it or choose another path")
+    if path.exists() and overwrite is False:
         raise ConfigError(f"{option} {path} exists; pass --overwrite true to replace it or choose another path")
     _check_ancestors(path, option)
     return path

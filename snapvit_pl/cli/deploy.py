@@ -24,12 +24,20 @@ def build_parser():
                         help="pruned checkpoint directory (or hf-hub:org/name) written by prune.py / extract")
     parser.add_argument("--out", type=Optional[str], default=None,
                         help=f"the .onnx file to write (default: {DEFAULT_NAME} in the checkpoint's directory)")
-    parser.add_argument("--overwrite", type=bool, default=True, help="replace an existing --out file")
+    parser.add_argument("--overwrite", type=Optional[bool], default=None,
+                        help=f"replace an existing --out file (default: only the {DEFAULT_NAME} of a pruned checkpoint)")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset version")
     parser.add_argument("--batch_size", type=int, default=8, help="batch size of --check and --benchmark")
     parser.add_argument("--check", type=bool, default=False, help="print the max abs difference of ONNX Runtime vs PyTorch")
     parser.add_argument("--benchmark", type=bool, default=False, help="print ONNX Runtime and PyTorch CPU throughput")
     return parser
+
+
+def _written_here(path: Path) -> bool:
+    """Whether ``path`` is the ONNX file this command writes by default: the checkpoint's own :data:`DEFAULT_NAME`."""
+    from ..models.checkpoint import RECORD
+
+    return path.name == DEFAULT_NAME and (path.parent / RECORD).is_file()
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -39,7 +47,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _deploy(argv: list[str]) -> int:
     from ..deploy import INSTALL_HINT
-    from ..errors import ConfigError
+    from ..errors import ConfigError, StorageError
     from ..eval.throughput import measure_throughput
     from ..models import input_shape, load_pruned
 
@@ -51,7 +59,7 @@ def _deploy(argv: list[str]) -> int:
             raise ConfigError(f"--checkpoint {args.checkpoint} has no local directory to write the ONNX file into; "
                               "give --out FILE.onnx")
         args.out = str(Path(args.checkpoint) / DEFAULT_NAME)
-    check_output_file(args.out, "--out", args.overwrite)
+    check_output_file(args.out, "--out", args.overwrite, ours=_written_here)
     try:
         from ..deploy.onnx import check_onnx, export_onnx, onnx_throughput
     except ImportError as err:
@@ -59,6 +67,8 @@ def _deploy(argv: list[str]) -> int:
     model, _ = load_pruned(args.checkpoint)
     try:
         path = export_onnx(model, args.out, opset=args.opset)
+    except StorageError:  # (the file, the space on its device: atomic_path's line)
+        raise
     except OSError as err:
         raise ConfigError(f"cannot write {args.out} ({err.strerror or err}); choose a writable --out") from err
     except RuntimeError as err:

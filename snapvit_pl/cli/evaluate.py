@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 from .common import check_output_file, command_parser, run_command
@@ -49,13 +50,27 @@ def build_parser():
     parser.add_argument("--device", type=Optional[str], default=None,
                         help="cpu, cuda, cuda:1, ... (default: CUDA if available)")
     parser.add_argument("--out", type=Optional[str], default=None, help="also write the JSON report to this file")
-    parser.add_argument("--overwrite", type=bool, default=True, help="replace an existing --out file")
+    parser.add_argument("--overwrite", type=Optional[bool], default=None,
+                        help="replace an existing --out file (default: only a report this command wrote)")
     parser.set_defaults({
         "data": {"class_path": "snapvit_pl.data.ClassificationDataModule", "init_args": {"source": "fashion_mnist"}},
         "seg_data": {"class_path": "snapvit_pl.data.SegmentationDataModule", "init_args": {"source": "fashion_mnist"}},
         "evaluation.metrics": list(DEFAULT_METRICS),
     })
     return parser
+
+
+#: The keys of every report this command writes (what an existing ``--out`` it may replace holds).
+REPORT_KEYS = ("model", "settings", "timings_s", "total_s")
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` holds a report this command wrote (a JSON object with :data:`REPORT_KEYS`)."""
+    try:
+        data = json.loads(path.read_text()) if path.is_file() and path.stat().st_size < 10_000_000 else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and all(key in data for key in REPORT_KEYS)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -65,6 +80,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _evaluate(argv: list[str]) -> int:
+    from ..device import resolve_device
     from ..errors import ConfigError
     from ..eval.suite import EvalData, evaluate_model
     from ..io import write_json_atomic
@@ -72,8 +88,10 @@ def _evaluate(argv: list[str]) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.device is not None:  # before any data or weights are read
+        resolve_device(args.device)
     if args.out is not None:
-        check_output_file(args.out, "--out", args.overwrite)
+        check_output_file(args.out, "--out", args.overwrite, ours=is_report)
     init = parser.instantiate(args)
     settings = init.evaluation
     log = lambda message: print(f"[evaluate] {message}", file=sys.stderr, flush=True)  # noqa: E731

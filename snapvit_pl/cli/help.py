@@ -32,7 +32,7 @@ FIRST_SCREEN: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     )),
     ("data: the pruning images (the evaluation reads the same data)", (
         ("data.init_args.source", "NAME", "folder, fashion_mnist, cifar10, ..."),
-        ("data.init_args.root", "DIR", "the images (README: The data layouts)"),
+        ("data.init_args.root", "DIR", "the images (documentation: Data, layouts)"),
         ("data.init_args.max_samples", "N", "pruning images (seeded, class-balanced)"),
         ("data.init_args.batch_size", "N", "images per batch of the importance pass"),
         ("data.init_args.num_workers", "N", "loader processes (at most the CPU cores)"),

@@ -9,12 +9,15 @@ from .common import command_parser, run_command
 EPILOG = """examples:
   snapvit-pl hub card --checkpoint runs/prune/X/models/sparsity0.5 --repo org/vit-s-dino-pruned-50
   snapvit-pl hub push --checkpoint runs/prune/X/models/sparsity0.5 --repo org/vit-s-dino-pruned-50 --private true"""
-_SECTIONS = ("checkpoint", "repo", "private", "token", "verbose")
+_SECTIONS = ("checkpoint", "repo", "private", "token", "timeout", "verbose")
 
 
 def build_parser():
     """The ``hub`` command's parser (subcommands ``push`` and ``card``)."""
     from jsonargparse import ArgumentParser
+
+    from ..models.loading import HTTP_TIMEOUT
+    from ..ranges import PositiveFloat
 
     parser = command_parser("snapvit-pl hub", __doc__, _SECTIONS, EPILOG)
     commands = parser.add_subcommands(dest="command")
@@ -27,6 +30,8 @@ def build_parser():
         if name == "push":
             sub.add_argument("--private", type=bool, default=False, help="create the repository private")
             sub.add_argument("--token", type=Optional[str], default=None, help="a Hub token (default: the logged-in one)")
+            sub.add_argument("--timeout", type=PositiveFloat, default=HTTP_TIMEOUT,
+                             help="seconds each connection, read or write may wait for the Hub")
         commands.add_subcommand(name, sub, help=help_text)
     return parser
 
@@ -65,11 +70,15 @@ def _hub(argv: list[str]) -> int:
         print(model_card(verify_checkpoint(options.checkpoint), options.repo))
         return 0
     try:
-        url = push_to_hub(options.checkpoint, options.repo, private=options.private, token=options.token)
+        url = push_to_hub(options.checkpoint, options.repo, private=options.private, token=options.token,
+                          timeout=options.timeout)
     except SnapViTError:
         raise
     except Exception as err:  # network, authentication, permissions
+        waited = "Timeout" in type(err).__name__ or "timed out" in str(err)
+        fix = (f"the Hub did not answer within --timeout {options.timeout:g} s: check your network (HF_ENDPOINT), or "
+               "raise --timeout" if waited else "check your network and `huggingface-cli login`")
         raise ConfigError(f"the upload to {options.repo} failed ({type(err).__name__}: "
-                          f"{' '.join(str(err).split())[:200]}); check your network and `huggingface-cli login`") from err
+                          f"{' '.join(str(err).split())[:200]}); {fix}") from err
     print(f"pushed {options.checkpoint} to {url}")
     return 0

@@ -119,13 +119,23 @@ def settings_in_effect(argv: Sequence[str], default_config: Optional[Path] = Non
     return values
 
 
-def check_option_names(keys: Iterable[str], known: Sequence[str], command: str) -> None:
-    """Refuse a key that is no option: neither one of ``known`` nor under one of them (``model.model_kwargs.x``,
-    ``data.init_args.root``: the option's own value is checked by the command's parser)."""
+def check_option_names(keys: Iterable[str], known: Sequence[str], command: str,
+                       arguments: Optional[dict[str, Sequence[str]]] = None) -> None:
+    """Refuse a key that is no option: neither one of ``known`` nor under one of them (``model.model_kwargs.x``:
+    the option's own value is checked by the command's parser). ``arguments``: for a subclass group whose class is
+    known (``data.init_args.``), its arguments' keys: a key under that prefix must be one of them (or under one)."""
     known_set = set(known)
     groups = {".".join(option.split(".")[:n]) for option in known for n in range(1, option.count(".") + 1)}
     for key in keys:
         parts = key.split(".")
+        prefix = next((p for p in (arguments or {}) if key.startswith(p)), None)
+        if prefix is not None:
+            names = list(arguments[prefix])
+            if any(".".join(parts[:n]) in names for n in range(1, len(parts) + 1)):
+                continue
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+            hint = f"did you mean --{close[0]}? " if close else ""
+            raise ConfigError(f"--{key}: no such option; {hint}see {command} --help for the options")
         if key in groups or any(".".join(parts[:n]) in known_set for n in range(1, len(parts) + 1)):
             continue  # a group given whole (--search '{...}': its keys are checked one by one) or an option
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)

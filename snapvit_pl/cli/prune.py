@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -17,11 +18,14 @@ from ..progress import MODES
 from ..seeding import SEED_RANGE
 from .common import (
     layer_config_option,
-    DEFAULT_PRUNE_CONFIG, check_config_files, check_output_dir, help_formatter, quiet_lightning, run_command,
-    tensorboard_logger,
+    DEFAULT_PRUNE_CONFIG, check_config_files, check_device_counts, check_output_dir, first_process, help_formatter,
+    program, quiet_lightning, run_command, tensorboard_logger,
 )
 
 RESULT_FILES = ("report.json", "elastic_scores.safetensors", "models")
+#: What an interrupted run leaves to continue from (``snapvit_pl.pipeline.resume.RESUME_FILE``, named here without
+#: importing torch).
+PROGRESS_FILE = "resume_state.pt"
 #: What to lower when a run runs out of memory.
 BATCH_OPTIONS = ("--data.init_args.batch_size", "--search.batch_size", "--evaluation.batch_size", "--correction.batch_size")
 #: Settings a resumed run may change: they change how the run reports, not what it computes.
@@ -66,9 +70,12 @@ def check_before_imports(argv: list[str]) -> None:
     keys = [k for key, value in options for k in flatten({key: value})] + \
         [key for config in configs for key in config_file_values(config)]
     known = load_options()
-    check_option_names(keys, known["options"], "python prune.py")
     values = settings_in_effect(argv)
-    check_option_values(values, known["kinds"], "python prune.py", known.get("ranges"))
+    arguments = {}  # the default data class's arguments, as its help lists them (another class: its parser checks)
+    if str(values.get("data.class_path") or "ClassificationDataModule").split(".")[-1] == "ClassificationDataModule":
+        arguments["data.init_args."] = re.findall(r"^  --(data\.init_args\.\w+) ", known["text"], re.M)
+    check_option_names(keys, known["options"], program("prune"), arguments)
+    check_option_values(values, known["kinds"], program("prune"), known.get("ranges"))
     if values.get("progress", "auto") not in MODES:
         raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {values['progress']!r}")
     if values.get("out_dir"):
@@ -77,16 +84,48 @@ def check_before_imports(argv: list[str]) -> None:
 
 
 def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1]) -> None:
-    """Refuse a run directory that cannot be one, or that already holds results (unless ``overwrite``)."""
+    """Refuse a run directory that cannot be one, or (unless ``overwrite``) one that holds what a run would replace: an
+    earlier run's results, an interrupted run's progress (``--resume`` continues it), or files of its own (a folder
+    that is not a run's). The processes a multi-process run starts after the first skip the second part: the first
+    has begun writing there."""
     check_output_dir(out_dir, "--out_dir")
+    if overwrite or not out_dir.is_dir() or not first_process():
+        return
     inside = not Path(scores_file).is_absolute() and ".." not in Path(scores_file).parts  # (else refused later)
     names = (*RESULT_FILES, scores_file) if inside else RESULT_FILES
     existing = [name for name in dict.fromkeys(names) if (out_dir / name).exists()]
-    if existing and not overwrite:
+    interrupted = (out_dir / PROGRESS_FILE).exists() and not (out_dir / RESULT_FILES[0]).exists()
+    if existing and not interrupted:
         raise ConfigError(
             f"{out_dir} already holds results ({', '.join(existing)}); pass --overwrite true to replace them "
             "or choose another --out_dir"
         )
+    if interrupted:
+        raise ConfigError(f"{out_dir} holds an interrupted run ({PROGRESS_FILE}); continue it with {program('prune')} "
+                          f"--resume {out_dir}, or pass --overwrite true to start again there, or choose another "
+                          "--out_dir")
+    other = sorted(p.name for p in out_dir.iterdir() if p.name != ".lock")
+    if other:
+        shown = ", ".join(other[:4]) + (" ..." if len(other) > 4 else "")
+        raise ConfigError(f"{out_dir} is not empty ({shown}) and holds no run to continue: a run writes into a new or "
+                          "empty directory; choose another --out_dir, or pass --overwrite true to write there (a run's "
+                          "files of those names are replaced, other files kept)")
+
+
+def clear_run_dir(out_dir: Path, scores_file: str) -> None:
+    """Remove what a new run in ``out_dir`` replaces (``--overwrite true``): every file and folder a run writes
+    (its results, progress, plots, logs), so that no model, plot or log of the earlier run stays beside the new one's;
+    anything else is left."""
+    from ..pipeline.settings import RUN_DIR_NAMES
+
+    for name in dict.fromkeys((*RUN_DIR_NAMES, scores_file)):
+        path = out_dir / name
+        if name == ".lock" or Path(name).is_absolute() or ".." in Path(name).parts or not os.path.lexists(path):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 #: Strategies a pruning run maps to its own DDP (no gradient wrapper): name -> the process start method.
@@ -165,15 +204,8 @@ def check_trainer_options(trainer: Any, defaults: Any) -> None:
         instead = _INSTEAD.get(top, "leave it unset")
         raise ConfigError(f"--trainer.{key} {value!r}: a pruning run trains nothing and honours only "
                           f"--trainer.{{{', '.join(LAUNCHER_OPTIONS[:5])}, ...}}; {instead}")
-    devices = trainer.get("devices")
-    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
-        devices = int(devices)
-    if isinstance(devices, int) and not isinstance(devices, bool) and (devices == 0 or devices < -1):
-        raise ConfigError(f"--trainer.devices {devices}: give a positive count, -1 or auto (every device), or a list "
-                          "of device indices")
+    check_device_counts(trainer)
     nodes = trainer.get("num_nodes") or 1
-    if not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError(f"--trainer.num_nodes {nodes!r}: give a positive number of nodes")
     if nodes > 1 and not any(key in os.environ for key in CLUSTER_ENVIRONMENT):
         raise ConfigError(f"--trainer.num_nodes {nodes}: no cluster launcher started this process (torchrun, srun, "
                           "mpirun); start one process per node with it, or run on one node without --trainer.num_nodes")
@@ -370,12 +402,12 @@ def build_trainer(instantiate: Any, **kwargs: Any) -> Any:
 
     try:
         return instantiate(**kwargs)
-    except (MisconfigurationException, ValueError, RuntimeError) as err:
+    except (MisconfigurationException, ValueError, RuntimeError, TypeError) as err:
         message = " ".join(str(err).split())
         if "backend found" in message or "not available" in message or "no GPU" in message:
             message = f"the accelerator asked for is not on this machine ({message})"
         raise ConfigError(f"--trainer: {message}; check --trainer.accelerator, --trainer.devices and "
-                          "--trainer.strategy (python prune.py --help)") from err
+                          f"--trainer.strategy ({program('prune')} --help)") from err
 
 
 def _resume_args(argv: list[str]) -> tuple[list[str], Optional[Path]]:
@@ -414,10 +446,9 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         if {"-h", "--help"} & set(argv):  # the values this command would run with, then every option; no torch
             from .help import prune_help
 
-            try:
-                print(prune_help(argv, DEFAULT_PRUNE_CONFIG, PRUNE_USAGE, PRUNE_DESCRIPTION, PRUNE_EPILOG), flush=True)
-            except BrokenPipeError:  # `| head`: the reader has what it wanted
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            name = program("prune")
+            print(prune_help(argv, DEFAULT_PRUNE_CONFIG, PRUNE_USAGE.replace("python prune.py", name),
+                             PRUNE_DESCRIPTION, PRUNE_EPILOG.replace("python prune.py", name)), flush=True)
             return 0
         if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv):
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
@@ -433,11 +464,13 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         main_process = cli.trainer.global_rank == 0  # the other DDP processes (and nodes) write nothing
         created = main_process and not out_dir.exists()
         if main_process:  # one run at a time in a directory; the lock goes with this process
-            # what was there before: a refused run removes only what it wrote (all of it, in a directory it created)
-            run["before"] = set() if created else {p.name for p in out_dir.iterdir()}
             out_dir.mkdir(parents=True, exist_ok=True)
             run["out_dir"], run["created"] = out_dir, created
             run["lock"] = DirectoryLock(out_dir).acquire()
+            if resume_dir is None and not created and cli.config.overwrite:  # what the earlier run wrote goes
+                clear_run_dir(out_dir, cli.config.export.scores_file)
+            # what was there before: a refused run removes only what it wrote (all of it, in a directory it created)
+            run["before"] = set() if created else {p.name for p in out_dir.iterdir()} - {".lock"}
         if resume_dir is not None:
             pipeline.load_state_dict(load_resume_state(resume_dir))
         elif main_process:
@@ -460,8 +493,8 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             from ..pipeline.resume import RESUME_FILE
 
             if (out_dir / RESUME_FILE).exists():
-                print(f"interrupted: progress is saved in {out_dir}; continue with: python prune.py --resume {out_dir}",
-                      file=sys.stderr)
+                print(f"interrupted: progress is saved in {out_dir}; continue with: {program('prune')} --resume "
+                      f"{out_dir}", file=sys.stderr)
             else:
                 print("interrupted before anything was saved; start the run again", file=sys.stderr)
             return 130
@@ -480,7 +513,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         if has_progress(run["out_dir"]):
             if not locked:
                 return
-            print(f"progress is saved in {run['out_dir']}; once fixed, continue with: python prune.py --resume "
+            print(f"progress is saved in {run['out_dir']}; once fixed, continue with: {program('prune')} --resume "
                   f"{run['out_dir']}", file=sys.stderr)
         elif run.get("created"):
             shutil.rmtree(run["out_dir"], ignore_errors=True)
@@ -491,7 +524,10 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
 
     chose_run_dir = RUN_DIR_ENV not in os.environ
     try:
-        return run_command(body, argv, "python prune.py", cleanup, batch_options=BATCH_OPTIONS)
+        return run_command(body, argv, program("prune"), cleanup, batch_options=BATCH_OPTIONS,
+                           writing=lambda: run.get("out_dir"))
     finally:
+        if "lock" in run:  # however the run ended (a bug's traceback included), no lock stays behind
+            run.pop("lock").release()
         if chose_run_dir:  # the next run in this process chooses its own
             os.environ.pop(RUN_DIR_ENV, None)

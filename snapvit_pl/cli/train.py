@@ -2,12 +2,13 @@
 ``snapvit-pl pretrain``: the same over a :class:`SelfDistillationModule` (DINO training without labels)."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ConfigError
-from .common import check_config_files, layer_config_option, run_command, tensorboard_logger
+from .common import check_config_files, check_device_counts, layer_config_option, program, run_command, tensorboard_logger
 
 
 #: --config's help line (:func:`snapvit_pl.cli.common.resolve_config`).
@@ -46,15 +47,33 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
             return parser
 
         def parse_arguments(self, parser, args) -> None:
+            from .prune import check_seed
+
             super().parse_arguments(parser, args)
             plain(self.config)  # constrained numbers as plain ints / floats (saved in checkpoints and hparams)
             # before LightningCLI reads the checkpoint's settings into the model's (it would build that model)
             subcommand = self.config.get("subcommand")
             config = self.config[subcommand] if subcommand else self.config
+            check_seed(config.get("seed_everything"))  # (Lightning seeds before before_instantiate_classes)
+            check_device_counts(config.trainer)
             ckpt_path = config.get("ckpt_path")
+            check_ckpt_name(ckpt_path, subcommand)
             check_ckpt_file(ckpt_path)  # the command line's --ckpt_path and a config's ckpt_path: alike
+            check_ckpt_kind(ckpt_path, module_class, program("pretrain" if pretrain else "train"))
             if not pretrain:
                 check_ckpt_model(ckpt_path, config.model)
+
+        def _parse_ckpt_path(self) -> None:
+            try:  # the checkpoint's hyper-parameters become the model's settings
+                super()._parse_ckpt_path()
+            except (argparse.ArgumentError, TypeError, ValueError) as err:
+                from ..errors import CheckpointError
+
+                subcommand = self.config.get("subcommand")
+                ckpt_path = (self.config[subcommand] if subcommand else self.config).get("ckpt_path")
+                raise CheckpointError(f"--ckpt_path {ckpt_path}: its saved settings do not fit {module_class.__name__} "
+                                      f"({' '.join(str(err).split())[:160]}); give a checkpoint written by this "
+                                      "command") from err
 
         def add_arguments_to_parser(self, parser) -> None:
             parser.link_arguments("model.model_name", "data.init_args.model_name")
@@ -75,21 +94,60 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
 
         def instantiate_trainer(self, **kwargs):
             from ..lightning.preemption import PreemptionCheckpoint
+            from ..lightning.training import LogEveryEpoch
             from .prune import build_trainer
 
             trainer = build_trainer(super().instantiate_trainer, **kwargs)
             trainer.callbacks.append(preemption or PreemptionCheckpoint())  # SIGTERM: a checkpoint to continue from
+            trainer.callbacks.append(LogEveryEpoch())  # a short run's log has its loss and learning rate too
             return trainer
 
     return TrainCLI(
         module_class, VisionDataModule, subclass_mode_data=True, args=argv, run=run, seed_everything_default=0,
         parser_kwargs={"description": f"{description} --verbose true (anywhere on the command line): show the "
-                                      "traceback of errors.", "exit_on_error": False},
+                                      "traceback of errors.", "exit_on_error": False,
+                       "prog": program("pretrain" if pretrain else "train")},
         save_config_kwargs={"overwrite": True},
     )
 
 
 _LIGHTNING_NAMES = (None, "", "null", "last", "best", "hpc")  # ckpt_path values Lightning resolves itself
+
+
+def check_ckpt_name(value: Optional[str], subcommand: Optional[str]) -> None:
+    """Refuse ``--ckpt_path best`` outside ``fit``: it names the best checkpoint of a fit in the same process, which
+    ``validate`` / ``test`` never ran (Lightning's refusal is a traceback)."""
+    if value == "best" and subcommand not in (None, "fit"):
+        raise ConfigError(f"--ckpt_path best names the best checkpoint of a fit run in the same process, and {subcommand} "
+                          "runs none; give the checkpoint file (e.g. <run>/checkpoints/last.ckpt), or leave --ckpt_path "
+                          "out to use the model's weights as given")
+
+
+def check_ckpt_kind(value: Optional[str], module_class: type, command: str) -> None:
+    """Refuse a ``--ckpt_path`` file written by another kind of training (a fine-tune's checkpoint given to
+    ``pretrain``, or the reverse): its saved settings are not ``module_class``'s, and LightningCLI would build the
+    model from them (its refusal names a model setting, not the checkpoint)."""
+    import inspect
+
+    import torch
+
+    from ..errors import CheckpointError
+
+    if value in _LIGHTNING_NAMES:
+        return
+    try:
+        checkpoint = torch.load(value, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - unreadable: check_ckpt_model / Lightning say why, naming the file
+        return
+    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+    if not isinstance(hparams, dict):
+        return
+    accepted = set(inspect.signature(module_class.__init__).parameters) - {"self"}
+    foreign = sorted(str(key) for key in hparams if key not in accepted and not str(key).startswith("_"))
+    if foreign:
+        raise CheckpointError(f"--ckpt_path {value} was written by another kind of training (its settings "
+                              f"{', '.join(foreign[:3])} are not {module_class.__name__}'s); give a checkpoint of a "
+                              f"{command} run")
 
 
 def check_ckpt_path(argv: list[str]) -> None:
@@ -107,9 +165,12 @@ def check_ckpt_file(value: Optional[str]) -> None:
 
     if value in _LIGHTNING_NAMES:
         return
+    from ..io import special_file
+
     path = Path(value)
     if not path.is_file():
-        what = "is a directory, not a checkpoint file" if path.is_dir() else "does not exist"
+        what = "is a directory, not a checkpoint file" if path.is_dir() else (
+            f"is {special_file(path)}, not a checkpoint file" if special_file(path) else "does not exist")
         raise CheckpointError(f"--ckpt_path {value} {what}; give a .ckpt file, or last (the run's last checkpoint)")
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"--ckpt_path {value} is not a complete checkpoint (truncated or not a Lightning "
@@ -171,7 +232,7 @@ def refuse_no_training(trainer: Any) -> None:
         value = trainer.get(key) if hasattr(trainer, "get") else getattr(trainer, key, None)
         if value is not None and not isinstance(value, bool) and value == 0:
             raise ConfigError(f"--trainer.{key} 0 trains nothing: the exported model would be an untrained copy of the "
-                              f"input; give --trainer.{key} > 0 (python train.py validate evaluates without training)")
+                              f"input; give --trainer.{key} > 0 ({program('train')} validate evaluates without training)")
 
 
 def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
@@ -187,7 +248,7 @@ def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
         check_ckpt_path(argv)
         preemption = PreemptionCheckpoint()
         try:
-            train_cli(argv, pretrain=pretrain, preemption=preemption)
+            cli = train_cli(argv, pretrain=pretrain, preemption=preemption)
             close_process_group()  # the ranks finish together
         except SIGTERMException:
             if preemption.path is None:
@@ -198,9 +259,14 @@ def train_main(argv: Optional[list[str]] = None, pretrain: bool = False) -> int:
                 print(f"interrupted (SIGTERM): the training state is saved in {preemption.path}; continue with the "
                       f"same command and {how}", file=sys.stderr)
             return 130
+        exported = [Path(cli.trainer.default_root_dir) / getattr(c, "dirname", "model") for c in cli.trainer.callbacks
+                    if type(c).__name__ == "SavePrunedCallback"]
+        if cli.subcommand == "fit" and cli.trainer.is_global_zero and exported and exported[0].is_dir():
+            print(f"the trained model is in {exported[0]} (--checkpoint / --model.checkpoint of the other commands; "
+                  f"load_pruned in Python); TensorBoard logs in {cli.trainer.log_dir or cli.trainer.default_root_dir}")
         return 0
 
-    return run_command(body, argv, "snapvit-pl pretrain" if pretrain else "python train.py", keep_verbose=False,
+    return run_command(body, argv, program("pretrain" if pretrain else "train"), keep_verbose=False,
                        batch_options=("--data.init_args.batch_size",), presets="train")
 
 

@@ -5,6 +5,7 @@ import itertools
 import logging
 import os
 import random
+import weakref
 from abc import ABCMeta, abstractmethod
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -263,16 +264,19 @@ class _DeferredIterator:
 
 class _SkipFirst:
     """The loader's batch sampler, each pass starting after the loader's ``_skip`` batches (indices only: no data is
-    loaded for the skipped batches)."""
+    loaded for the skipped batches). It holds its loader weakly: the loader's (persistent) iterator holds this sampler,
+    and a cycle back to the loader would keep a dropped loader and its worker processes alive until the garbage
+    collector ran, possibly inside another loader's worker (a forked copy), which then printed tracebacks of workers
+    it did not own."""
 
     def __init__(self, batch_sampler: Any, loader: "DeferredDataLoader"):
-        self.batch_sampler, self.loader = batch_sampler, loader
+        self.batch_sampler, self._loader = batch_sampler, weakref.ref(loader)
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator:
-        return itertools.islice(iter(self.batch_sampler), getattr(self.loader, "_skip", 0), None)
+        return itertools.islice(iter(self.batch_sampler), getattr(self._loader(), "_skip", 0), None)
 
 
 class DeferredDataLoader(DataLoader):
@@ -647,6 +651,38 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
             files = [(path, -1 if targets is None else targets[index])
                      for index in sorted(indices) for path in sample_files(index)]
         return {"split": split, "listed": len(base), "files": [_file_record(path, label) for path, label in files]}
+
+    def listing_fingerprint(self, split: str = "train") -> dict[str, Any]:
+        """A cheap fingerprint of what training reads of ``split`` (its seeded ``max_samples`` subset), reading no
+        image: the data set's kind and source, and a sha256 of each sample's file paths (relative to ``root``) and
+        label, or of the source files' names and sizes for a data set read from a few files (Fashion-MNIST). A
+        training checkpoint records it, and a fit resumed from the checkpoint on other data is refused.
+
+        Returns:
+            ``{"sha256": ..., "samples": N, "data": "<source> <root>"}``.
+        """
+        import hashlib
+
+        base, subset = self.base_dataset(split), self.dataset(split)
+        indices = list(subset.indices) if subset is not base else list(range(len(base)))
+        targets = dataset_targets(base)
+        source = str(getattr(self, "source", type(self).__name__))
+        digest = hashlib.sha256(f"{type(self).__name__}:{source}:{split}:{len(indices)}".encode())
+        sample_files = self._sample_files(base)
+        prefix = os.path.join(os.path.abspath(self.root), "") if self.root else "\0"
+        if sample_files is not None:
+            for index in indices:
+                label = -1 if targets is None else targets[index]
+                for path in sample_files(index):
+                    path = os.path.abspath(path)
+                    shown = path[len(prefix):] if path.startswith(prefix) else path
+                    digest.update(f"{shown}\0{label}\n".encode(errors="surrogateescape"))
+        else:
+            for path in self._source_files(base):
+                size = os.path.getsize(path) if os.path.isfile(path) else -1
+                digest.update(f"{os.path.basename(path)}\0{size}\n".encode(errors="surrogateescape"))
+            digest.update(",".join(map(str, indices)).encode())
+        return {"sha256": digest.hexdigest(), "samples": len(indices), "data": f"{source} {self.root or ''}".strip()}
 
     def _source_files(self, dataset: Dataset) -> list[str]:
         """The files a data set without per-sample files is read from: the ``source_files`` of ``dataset`` or of a

@@ -26,6 +26,7 @@ from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ..errors import DataError
+from ..io import special_file
 from .layouts import FOLDER_LAYOUTS
 
 LOC_SOLUTION = "LOC_val_solution.csv"
@@ -65,7 +66,13 @@ def walk_files(directory: str | Path, visited: set[tuple[int, int]]) -> Iterator
         visited.add(key)
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
         folders = [Path(e.path) for e in entries if _is_dir(e)]  # through links
-        yield from (Path(e.path) for e in entries if Path(e.path) not in folders)
+        for entry in entries:
+            if Path(entry.path) in folders:
+                continue
+            if is_image(entry.name) and not _is_file(entry) and special_file(entry.path) is not None:
+                raise DataError(f"{entry.path} is {special_file(entry.path)}, not an image file: reading it would wait "
+                                "for ever; remove it from the image folder")
+            yield Path(entry.path)
         stack.extend(reversed(folders))
 
 
@@ -73,6 +80,13 @@ def _is_dir(entry: os.DirEntry) -> bool:
     try:
         return entry.is_dir()
     except OSError:  # a link to itself
+        return False
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
         return False
 
 

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import CheckpointError, field_error
-from ..io import CHECKSUM_KEY, atomic_path, check_version, content_digest, verify_checksum
+from ..io import CHECKSUM_KEY, atomic_path, check_version, content_digest, special_file, verify_checksum
 from ..models.loading import UNREADABLE_CHECKPOINT, check_spec, fingerprint
 from ..models.surgery import prune_
 from ..errors import PruningSpecError
@@ -200,9 +200,10 @@ class ElasticScores:
         """Read a file written by :meth:`save`; ``CheckpointError`` if missing, corrupt or foreign."""
         path = Path(path)
         if not path.is_file():
-            kind = "a directory, not" if path.is_dir() else "not found:"
-            raise CheckpointError(f"elastic scores file {kind} {path}; run prune.py first or pass the path of its "
-                                  "elastic_scores.safetensors")
+            special = "a directory" if path.is_dir() else special_file(path)
+            what = f"elastic scores file {path} is {special}, not a file" if special else \
+                f"elastic scores file not found: {path}"
+            raise CheckpointError(f"{what}; run prune first or pass the path of its elastic_scores.safetensors")
         fix = "re-run prune.py to rewrite it"
         try:
             with safe_open(str(path), framework="pt") as f:

@@ -156,6 +156,11 @@ def linear_probe(
     train_labels, test_labels = train_labels.long(), test_labels.long()
     if num_classes is None:
         num_classes = int(max(train_labels.max(), test_labels.max())) + 1
+    if num_classes < 2:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"a linear probe needs at least 2 classes, got {num_classes}; give labeled features of "
+                          "several classes")
     permutation = torch.randperm(train_features.shape[0], generator=torch.Generator().manual_seed(seed))
     val_size = max(1, round(val_fraction * train_features.shape[0]))
     val_index, fit_index = permutation[:val_size], permutation[val_size:]

@@ -66,6 +66,20 @@ class EvaluationSettings:
         check_fields(self, "evaluation")  # (a null number of samples: the whole split)
 
 
+def check_classes(num_classes: Optional[int], metrics: Sequence[str], source: str = "the data") -> None:
+    """Refuse k-NN and linear-probe accuracy on fewer than two classes: every prediction would be right (and the
+    probe cannot be built).
+
+    Raises:
+        ConfigError: naming the metrics and the data.
+    """
+    needs = [m for m in ("knn", "linear") if m in metrics]
+    if needs and num_classes is not None and num_classes < 2:
+        raise ConfigError(f"evaluation.metrics {needs}: {source} has {num_classes} class{'es' if num_classes != 1 else ''}"
+                          f"; k-NN and linear-probe accuracy need labeled images of at least 2 classes; give such data, "
+                          f"or leave {' and '.join(needs)} out of --evaluation.metrics")
+
+
 def parse_metrics(text: str | Sequence[str]) -> list[str]:
     """``"knn,linear"`` (or a list) -> ``["knn", "linear"]``; ``ConfigError`` on an unknown or empty list."""
     items = text.split(",") if isinstance(text, str) else list(text)
@@ -222,6 +236,7 @@ class EvalData:
             data.train = loader(datamodule, "train", settings.train_samples)
             data.val = loader(datamodule, "val", settings.val_samples)
             data.num_classes = getattr(datamodule, "num_classes", None)
+            check_classes(data.num_classes, settings.metrics, f"{getattr(datamodule, 'root', 'the data')}")
         if "seg" in settings.metrics:
             if seg_datamodule is None:
                 raise ConfigError("evaluation.metrics 'seg' needs segmentation data (seg_data: a SegmentationDataModule)")

@@ -23,8 +23,9 @@ from ..models.checkpoint import load_pruned
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, fingerprint, load_backbone
 from ..ranges import HalfOpenUnitInterval, NonNegativeFloat, PositiveFloat
-from .training import (adamw, check_finite_weights, check_ranges, open_checkpoint,
-                       reseed_for_epoch, seal_checkpoint, stop_if_diverged, warmup_cosine_schedule)
+from .training import (adamw, check_finite_weights, check_ranges, check_training_data, open_checkpoint,
+                       record_training_data, reseed_for_epoch, run_seed, seal_checkpoint, stop_if_diverged,
+                       warmup_cosine_schedule)
 
 
 _TEACHER = "teacher."
@@ -148,7 +149,7 @@ class FinetuneModule(pl.LightningModule):
             self.spec = BackboneSpec.from_dict(record["base"])
             self.record: Optional[dict[str, Any]] = record
         elif model_name is not None:
-            self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
+            self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}), run_seed())
             self.model, self.record = load_backbone(self.spec).train(), None
         else:
             raise ConfigError("give model.checkpoint (a pruned checkpoint) or model.model_name (a dense timm model)")
@@ -201,6 +202,7 @@ class FinetuneModule(pl.LightningModule):
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
                                         if not k.startswith(_TEACHER)}
             checkpoint["teacher_fingerprint"] = self._teacher_fingerprint()
+        record_training_data(self, checkpoint)
         seal_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -210,6 +212,7 @@ class FinetuneModule(pl.LightningModule):
         check_resumed_architecture(checkpoint.get(ARCHITECTURE_KEY), self.architecture,
                                    getattr(trainer, "ckpt_path", None) or "(the checkpoint)")
         open_checkpoint(checkpoint, {k: v for k, v in self.state_dict().items() if not k.startswith(_TEACHER)})
+        check_training_data(self, checkpoint)
         if self.teacher is None:
             return
         recorded, rebuilt = checkpoint.get("teacher_fingerprint"), self._teacher_fingerprint()

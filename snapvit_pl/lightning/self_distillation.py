@@ -25,8 +25,9 @@ from ..eval.knn import knn_classify
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, load_backbone
 from ..ranges import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from .training import (adamw, check_finite_weights, check_ranges, open_checkpoint, reseed_for_epoch, seal_checkpoint,
-                       stop_if_diverged, warmup_cosine, warmup_cosine_schedule)
+from .training import (adamw, check_finite_weights, check_ranges, check_training_data, open_checkpoint,
+                       record_training_data, reseed_for_epoch, run_seed, seal_checkpoint, stop_if_diverged, warmup_cosine,
+                       warmup_cosine_schedule)
 
 
 class ProjectionHead(nn.Module):
@@ -205,10 +206,11 @@ class SelfDistillationModule(pl.LightningModule):
         if objective not in ("dino", "contrastive"):
             raise ConfigError(f"model.objective must be dino or contrastive, got {objective!r}")
         self.save_hyperparameters()
-        self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}))
+        self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}), run_seed())
         # dynamic_img_size: the same weights take the smaller local views (position embeddings resampled); the
         # exported record keeps the spec's own arguments, so the shipped model is a plain fixed-size ViT.
-        build = BackboneSpec(model_name, pretrained, checkpoint_path, {**self.spec.model_kwargs, "dynamic_img_size": True})
+        build = BackboneSpec(model_name, pretrained, checkpoint_path, {**self.spec.model_kwargs, "dynamic_img_size": True},
+                             self.spec.seed)
         self.student = load_backbone(build if local_size else self.spec).train()
         if getattr(self.student, "num_classes", 0):
             raise ConfigError("self-distillation trains a backbone without classifier: set model_kwargs.num_classes: 0")
@@ -241,10 +243,12 @@ class SelfDistillationModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_finite_weights(checkpoint["state_dict"], "the checkpoint")
+        record_training_data(self, checkpoint)
         seal_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         open_checkpoint(checkpoint, self.state_dict())
+        check_training_data(self, checkpoint)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         views = batch[0] if isinstance(batch, (list, tuple)) else batch

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
+import pytorch_lightning as pl
 import torch
 from torch import nn
 
@@ -22,6 +23,13 @@ def check_ranges(module_class: type, arguments: Mapping[str, Any]) -> None:
     """Check a training module's ``__init__`` ``arguments`` (its locals) against their annotated ranges (what the
     command line checks when it parses), for a module built from Python; one :class:`ConfigError`."""
     check_arguments(module_class.__init__, arguments, "model", skip={"self"})
+
+
+def run_seed() -> Optional[int]:
+    """The run's ``seed_everything`` (Lightning's ``PL_GLOBAL_SEED``), that random initial weights are drawn from
+    (None: not seeded; :func:`snapvit_pl.models.load_backbone` then draws them from seed 0)."""
+    seed = os.environ.get("PL_GLOBAL_SEED")
+    return int(seed) if seed and seed.strip().lstrip("-").isdigit() else None
 
 
 def adamw(modules: Iterable[nn.Module], lr: float, weight_decay: float) -> torch.optim.AdamW:
@@ -61,10 +69,56 @@ def reseed_for_epoch(epoch: int, rank: int) -> None:
         torch.manual_seed((epoch_seed(int(seed), epoch) + 1_000_003 * rank) % 2**64)
 
 
-_SEAL_KEY, _RNG_KEY = "snapvit_sha256", "snapvit_rng"
-#: What a training checkpoint's checksum covers: the weights, the optimiser's and scheduler's state and the RNG
-#: states (the loop counters and the settings may be rewritten by Lightning's migrations).
-_SEALED = ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step", _RNG_KEY)
+_SEAL_KEY, _RNG_KEY, DATA_KEY = "snapvit_sha256", "snapvit_rng", "snapvit_data"
+#: What a training checkpoint's checksum covers: the weights, the optimiser's and scheduler's state, the RNG
+#: states and the fingerprint of the training data (the loop counters and the settings may be rewritten by
+#: Lightning's migrations).
+_SEALED = ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step", _RNG_KEY, DATA_KEY)
+
+
+def _sealed(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What the checksum covers (a checkpoint written before the data fingerprint existed: without it)."""
+    return {k: checkpoint.get(k) for k in _SEALED if k != DATA_KEY or DATA_KEY in checkpoint}
+
+
+def training_data(trainer: Any) -> Optional[dict[str, Any]]:
+    """The fingerprint of the data a run trains on (:meth:`snapvit_pl.data.VisionDataModule.listing_fingerprint`);
+    None when its DataModule has none."""
+    listing = getattr(getattr(trainer, "datamodule", None), "listing_fingerprint", None)
+    return listing() if listing is not None else None
+
+
+def record_training_data(module: Any, checkpoint: dict[str, Any]) -> None:
+    """``on_save_checkpoint`` of the project's training modules: record the training data's fingerprint (computed
+    once per run) before the checkpoint is sealed."""
+    if not hasattr(module, "_data_fingerprint"):
+        module._data_fingerprint = training_data(getattr(module, "_trainer", None))
+    if module._data_fingerprint is not None:
+        checkpoint[DATA_KEY] = module._data_fingerprint
+
+
+def check_training_data(module: Any, checkpoint: dict[str, Any]) -> None:
+    """``on_load_checkpoint`` of the project's training modules: a ``fit`` resumed from ``checkpoint`` must train on
+    the data it was trained on (``validate`` / ``test`` evaluate any checkpoint on any data)."""
+    from ..errors import CheckpointError
+
+    trainer = getattr(module, "_trainer", None)
+    if getattr(getattr(trainer, "state", None), "fn", None) != "fit":
+        return
+    now = training_data(trainer)
+    if now is None:
+        return
+    recorded = checkpoint.get(DATA_KEY)
+    ckpt = getattr(trainer, "ckpt_path", None) or "the checkpoint"
+    if not isinstance(recorded, dict):
+        raise CheckpointError(f"--ckpt_path {ckpt} records no fingerprint of its training data (written by an older "
+                              "snapvit-pl), so a resume on other data could not be told apart; start the fit again "
+                              "without --ckpt_path")
+    if recorded.get("sha256") != now["sha256"]:
+        raise CheckpointError(f"--ckpt_path {ckpt} was trained on other data ({recorded.get('samples')} images of "
+                              f"{recorded.get('data')}; now {now['samples']} of {now['data']}): a resumed fit must "
+                              "read what it started on; give the run's own --data settings, or start a new fit "
+                              "without --ckpt_path")
 
 
 def seal_checkpoint(checkpoint: dict[str, Any]) -> None:
@@ -78,7 +132,7 @@ def seal_checkpoint(checkpoint: dict[str, Any]) -> None:
                   *np.random.get_state()[2:]],
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
-    checkpoint[_SEAL_KEY] = content_digest({k: checkpoint.get(k) for k in _SEALED})
+    checkpoint[_SEAL_KEY] = content_digest(_sealed(checkpoint))
 
 
 def open_checkpoint(checkpoint: dict[str, Any], expected: Optional[Mapping[str, torch.Tensor]] = None) -> None:
@@ -95,7 +149,7 @@ def open_checkpoint(checkpoint: dict[str, Any], expected: Optional[Mapping[str, 
     if recorded is None:
         raise CheckpointError("the checkpoint to resume from carries no snapvit-pl checksum (written by other code, by "
                               f"an older snapvit-pl, or its checksum removed); {fix}")
-    if recorded != content_digest({k: checkpoint.get(k) for k in _SEALED}):
+    if recorded != content_digest(_sealed(checkpoint)):
         raise CheckpointError("the checkpoint to resume from does not match its checksum (damaged or modified since it "
                               f"was written); {fix}")
     weights = checkpoint.get("state_dict")
@@ -160,3 +214,14 @@ def check_finite_weights(state_dict: Mapping[str, torch.Tensor], what: str) -> N
         raise ConfigError(f"training diverged: the weights hold NaN or infinite values ({', '.join(bad[:3])}"
                           f"{' ...' if len(bad) > 3 else ''}), so {what} was not written; lower the learning rate "
                           "(--model.lr) and start the run again")
+
+
+class LogEveryEpoch(pl.Callback):
+    """Log at least once per training epoch: Lightning logs every ``log_every_n_steps`` steps (50 by default), so a
+    run of fewer batches than that would log no loss and no learning rate at all; the interval is lowered to the
+    epoch's batch count when it is longer."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        batches = trainer.num_training_batches
+        if isinstance(batches, int) and 0 < batches < trainer.log_every_n_steps:
+            trainer.log_every_n_steps = batches

@@ -140,12 +140,40 @@ def check_record(record: dict[str, Any], source: Path) -> None:
     digest = record["weights_sha256"]
     if not isinstance(digest, str) or len(digest) != 64:
         refuse("weights_sha256", digest, "the weights file's sha256 (64 hex digits)")
-    if not isinstance(record.get("extra", {}), dict):
-        refuse("extra", record.get("extra"), "a mapping")
+    extra = record.get("extra", {})
+    if not isinstance(extra, dict):
+        refuse("extra", extra, "a mapping")
+    for key, (valid, allowed) in EXTRA_FIELDS.items():
+        if extra.get(key) is not None and not valid(extra[key]):
+            refuse(f"extra.{key}", extra[key], allowed)
+    if isinstance(extra.get("base_spec"), dict):
+        check_spec(extra["base_spec"], f"{source}: extra.base_spec")
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_fraction(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+#: The fields of a record's ``extra`` that readers use (the model card, fine-tuning, the report): their kinds, each
+#: checked when present (``extra`` may hold other fields).
+EXTRA_FIELDS = {
+    "label": (lambda v: isinstance(v, str), "a string"),
+    "budget": (lambda v: isinstance(v, dict), "a mapping"),
+    **{key: (_is_fraction, "a number in [0, 1]") for key in ("mlp_ratio", "head_ratio", "requested_mlp_ratio",
+                                                            "requested_head_ratio")},
+    **{key: (lambda v: _is_int(v) and v >= 0, "a non-negative integer") for key in ("params", "flops", "macs")},
+    **{key: (lambda v: isinstance(v, list) and all(_is_int(w) and w >= 0 for w in v), "a list of non-negative integers")
+       for key in ("heads", "mlp_hidden")},
+    "metrics": (lambda v: isinstance(v, dict), "a mapping of metric names to values"),
+    "evaluated_on": (lambda v: isinstance(v, dict) and isinstance(v.get("dataset", ""), (str, type(None))),
+                     "a mapping (dataset: a name)"),
+    "base_spec": (lambda v: isinstance(v, dict), "a mapping (the base model's spec)"),
+    "base_fingerprint": (lambda v: isinstance(v, str), "a string"),
+}
 
 
 def verify_checkpoint(path: str | Path) -> dict[str, Any]:

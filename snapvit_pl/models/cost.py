@@ -64,6 +64,10 @@ def check_images(model: nn.Module, images: torch.Tensor, what: str = "the images
                         "(timm.data.resolve_data_config(model=model) and timm.data.create_transform)")
     if not images.is_floating_point():
         raise DataError(f"{what} are {images.dtype}; the model takes float images normalised with its mean and std")
+    weights = next((p.dtype for p in model.parameters() if p.is_floating_point()), images.dtype)
+    if images.dtype != weights:
+        raise DataError(f"{what} are {images.dtype} but the model's weights {weights}; give images of the model's "
+                        f"dtype (images.to({weights})), or a model of theirs (model.to({images.dtype}))")
 
 
 @torch.no_grad()

@@ -16,6 +16,7 @@ from torch import nn
 from ..errors import CheckpointError, ConfigError, UnsupportedModelError, field_error
 from ..io import weights_file
 from ..ranges import Seed
+from ..seeding import resolve_seed
 
 
 @dataclass
@@ -35,7 +36,7 @@ class BackboneSpec:
             checkpoint this gives a randomly initialised model, as the tests use.
         seed: the seed random weights (``pretrained=False``, no checkpoint) are drawn from, so that the
             spec rebuilds the very same model anywhere (``prune.py`` records its ``seed_everything``);
-            None: drawn from the global RNG as it stands.
+            None: :data:`snapvit_pl.seeding.DEFAULT_SEED` (0), as every unset seed from Python.
     """
 
     model_name: str = "vit_small_patch16_224.dino"
@@ -167,6 +168,62 @@ HUB_HINT = ("without network they must be in the local Hugging Face cache (downl
             "model.pretrained: false")
 
 
+#: Seconds any one connection, read or write of a Hub request may wait (the client's own default: for ever).
+HTTP_TIMEOUT = 60.0
+
+
+@contextmanager
+def http_timeout(seconds: float = HTTP_TIMEOUT) -> Iterator[None]:
+    """``huggingface_hub``'s HTTP requests inside this block wait at most ``seconds`` to connect and for each read or
+    write (its client sets no timeout: a server that accepts the connection and never answers held a push for
+    ever), a timeout given to a request by the library itself still applying. The library's client (or ``requests``
+    session, before huggingface_hub 1.0) is built anew inside the block and again after it."""
+    from huggingface_hub.utils import _http
+
+    if hasattr(_http, "set_client_factory"):  # huggingface_hub >= 1.0: one shared httpx client
+        previous = _http._GLOBAL_CLIENT_FACTORY
+        timeout = _http.httpx2.Timeout(seconds) if hasattr(_http, "httpx2") else seconds
+
+        def client_factory():
+            client = previous()
+            client.timeout = timeout
+            build = client.build_request
+
+            def build_request(*args, **kwargs):
+                if kwargs.get("timeout", timeout) is None:  # "no timeout", said by the library: ours
+                    kwargs["timeout"] = timeout
+                return build(*args, **kwargs)
+
+            client.build_request = build_request
+            return client
+
+        _http.set_client_factory(client_factory)
+        try:
+            yield
+        finally:
+            _http.set_client_factory(previous)
+        return
+    previous = _http._GLOBAL_BACKEND_FACTORY  # requests: a session per thread, each request's timeout by default
+
+    def backend_factory():
+        session = previous()
+        request = session.request
+
+        def timed(method, url, **kwargs):
+            if kwargs.get("timeout") is None:
+                kwargs["timeout"] = seconds
+            return request(method, url, **kwargs)
+
+        session.request = timed
+        return session
+
+    _http.configure_http_backend(backend_factory)
+    try:
+        yield
+    finally:
+        _http.configure_http_backend(previous)
+
+
 @contextmanager
 def hub_access() -> Iterator[Optional[str]]:
     """Hub downloads inside this block go to the Hugging Face Hub when it answers within :data:`HUB_TIMEOUT` s,
@@ -185,7 +242,8 @@ def hub_access() -> Iterator[Optional[str]]:
     except Exception:  # noqa: BLE001 (no route, no name, refused, timed out, proxy errors: all mean no Hub)
         reachable = False
     if reachable:
-        yield None
+        with http_timeout():
+            yield None
         return
     constants.HF_HUB_OFFLINE = True
     try:
@@ -216,9 +274,9 @@ def load_backbone(spec: BackboneSpec | str, **overrides: Any) -> nn.Module:
     offline = None
     try:
         with hub_access() if from_hub else nullcontext() as offline:
-            if spec.random_weights and spec.seed is not None:
+            if spec.random_weights:
                 with torch.random.fork_rng(devices=[]):  # the same weights for the same seed, the global RNG untouched
-                    torch.manual_seed(spec.seed)
+                    torch.manual_seed(resolve_seed(spec.seed))
                     model = timm.create_model(spec.model_name, pretrained=False, **kwargs)
             else:
                 model = timm.create_model(spec.model_name, pretrained=spec.pretrained and spec.checkpoint_path is None,

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from .checkpoint import verify_checkpoint
 from .hub import CHECKPOINT_FILES
-from .loading import HUB_PREFIX
+from .loading import HTTP_TIMEOUT, HUB_PREFIX, http_timeout
 
 #: Licenses the Hub knows by these ids; any other (e.g. ``dinov3-license``) is written as ``other`` plus its name.
 HUB_LICENSES = ("apache-2.0", "mit", "bsd-3-clause", "bsd-2-clause", "cc-by-4.0", "cc-by-sa-4.0", "cc-by-nc-4.0",
@@ -88,12 +88,12 @@ def model_card(record: dict[str, Any], repo_id: str) -> str:
     ]
     if extra.get("budget"):
         lines.append(f"| budget | `{json.dumps(extra['budget'])}` |")
-    if "mlp_ratio" in extra:
+    if extra.get("mlp_ratio") is not None and extra.get("head_ratio") is not None:
         lines.append(f"| removed | {100 * extra['mlp_ratio']:.1f}% of the MLP neurons, {100 * extra['head_ratio']:.1f}% "
                      "of the heads |")
     for key, label in (("params", "parameters"), ("flops", "FLOPs per image (2 per multiply-accumulate)"),
                        ("macs", "multiply-accumulates per image (what papers call FLOPs)")):
-        if key in extra:
+        if extra.get(key) is not None:
             lines.append(f"| {label} | {extra[key]:,} |")
     lines += ["", "Kept per block:", "", "| block | " + " | ".join(str(b) for b in range(len(heads))) + " |",
               "|---|" + "---|" * len(heads),
@@ -111,7 +111,7 @@ def model_card(record: dict[str, Any], repo_id: str) -> str:
 
 
 def push_to_hub(checkpoint: str | Path, repo_id: str, *, private: bool = False, token: Optional[str] = None,
-                commit_message: Optional[str] = None, api: Any = None) -> str:
+                commit_message: Optional[str] = None, api: Any = None, timeout: float = HTTP_TIMEOUT) -> str:
     """Upload a pruned checkpoint directory and a generated model card to ``repo_id``; returns the repo URL.
 
     Args:
@@ -121,6 +121,8 @@ def push_to_hub(checkpoint: str | Path, repo_id: str, *, private: bool = False, 
         token: a Hub token (default: the logged-in one).
         commit_message: default ``"snapvit-pl pruned checkpoint"``.
         api: a ``huggingface_hub.HfApi`` (tests pass a stand-in).
+        timeout: seconds each connection, read and write of a request may wait (a Hub that stops answering ends the
+            push with an error instead of holding it for ever).
     """
     from huggingface_hub import HfApi
 
@@ -131,6 +133,8 @@ def push_to_hub(checkpoint: str | Path, repo_id: str, *, private: bool = False, 
         for name in CHECKPOINT_FILES:
             (Path(staging) / name).write_bytes((checkpoint / name).read_bytes())
         (Path(staging) / "README.md").write_text(model_card(record, repo_id))
-        url = api.create_repo(repo_id, private=private, exist_ok=True)
-        api.upload_folder(folder_path=staging, repo_id=repo_id, commit_message=commit_message or "snapvit-pl pruned checkpoint")
+        with http_timeout(timeout):
+            url = api.create_repo(repo_id, private=private, exist_ok=True)
+            api.upload_folder(folder_path=staging, repo_id=repo_id,
+                              commit_message=commit_message or "snapvit-pl pruned checkpoint")
     return str(url)

@@ -33,6 +33,7 @@ from ..elastic.scores import ElasticScores
 from ..elastic.splits import SplitTable
 from ..device import PeakMemory
 from ..errors import CheckpointError, ConfigError
+from ..eval.suite import check_classes
 from ..models.loading import BackboneSpec, fingerprint
 from ..models.surgery import architecture
 from ..models.modes import eval_mode
@@ -261,6 +262,9 @@ class Pipeline:
                 raise ConfigError(f"{what} need labeled images, but {datamodule.root} is a folder of unlabeled images; "
                                   "set --evaluation.metrics '[]' (or [throughput]) and a label-free scorer, or give "
                                   "a labeled folder (root/train/<class>/..., root/val/...)")
+        if getattr(datamodule, "labeled", True):
+            check_classes(getattr(datamodule, "num_classes", None), self.settings.evaluation.metrics,
+                          str(getattr(datamodule, "root", "the data")))
         if self.seg_datamodule is not None:
             self.seg_datamodule.configure_for_model(self.model)
         self.inputs = DataModuleInputs(datamodule, self.seg_datamodule)

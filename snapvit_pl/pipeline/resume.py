@@ -10,6 +10,7 @@ which a resume recomputes and compares (:func:`check_inputs`): a run never conti
 """
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -17,7 +18,7 @@ from typing import Any, Iterable, Optional
 import torch
 
 from ..errors import CheckpointError, DataError, field_error
-from ..io import atomic_path, sha256_file, verify_checksum, with_checksum
+from ..io import atomic_path, sha256_file, verify_checksum, with_checksum, write_bytes
 from ..models.loading import UNREADABLE_CHECKPOINT
 
 RESUME_FILE = "resume_state.pt"
@@ -30,8 +31,10 @@ def save_resume_state(run_dir: str | Path, state: dict[str, Any]) -> None:
     and that of the run's ``config.yaml`` (when there is one)."""
     config = Path(run_dir) / CONFIG_FILE
     state = with_checksum({**state, _CONFIG_KEY: sha256_file(config) if config.is_file() else None})
-    with atomic_path(Path(run_dir) / RESUME_FILE) as tmp:
-        torch.save(state, tmp)
+    buffer = io.BytesIO()  # serialised first: a full disk is then an OSError of the write (torch's names no errno)
+    torch.save(state, buffer)
+    with atomic_path(Path(run_dir) / RESUME_FILE, size=buffer.getbuffer().nbytes) as tmp:
+        write_bytes(tmp, buffer.getbuffer())
 
 
 def load_resume_state(run_dir: str | Path) -> dict[str, Any]:

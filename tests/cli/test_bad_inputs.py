@@ -8,10 +8,10 @@ import pytest
 import torch
 from PIL import Image
 
-from families import FAMILIES, random_elastic_scores, random_subnet
+from families import FAMILIES, random_subnet, saved_scores
 from snapvit_pl.cli import main
 from snapvit_pl.data import find_fashion_mnist
-from snapvit_pl.models import BackboneSpec, load_backbone, prune_, save_pruned
+from snapvit_pl.models import load_backbone, prune_, save_pruned
 
 ROOT = Path(__file__).resolve().parents[2]
 FINETUNE = ROOT / "configs" / "train" / "finetune_pruned.yaml"
@@ -128,13 +128,7 @@ def files(tmp_path):
     (tmp_path / "finished").mkdir()
     (tmp_path / "finished" / "report.json").write_text("{}")
     spec = FAMILIES["dino_vit"]
-    model = load_backbone(spec)
-    from safetensors.torch import save_file
-
-    save_file(model.state_dict(), str(tmp_path / "base.safetensors"))
-    scores = random_elastic_scores(model)
-    scores.base = BackboneSpec(spec.model_name, False, str(tmp_path / "base.safetensors"), spec.model_kwargs).to_dict()
-    scores.save(tmp_path / "scores.safetensors")
+    _, model = saved_scores(tmp_path)
     (tmp_path / "taken" / "flops0.5").mkdir(parents=True)
     subnet = random_subnet(model, 0)
     save_pruned(prune_(load_backbone(spec), subnet), tmp_path / "pruned", spec, subnet)

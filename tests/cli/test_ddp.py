@@ -67,9 +67,10 @@ def _env(**extra: str) -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", **extra}
 
 
-def _run(command: list[str], cwd: Path, env: dict | None = None) -> None:
+def _run(command: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600, env=env or _env())
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
 
 
 def _together(commands: list[tuple[list[str], dict]], cwd: Path) -> None:
@@ -236,12 +237,17 @@ def test_two_processes_share_the_splits_and_the_export_and_write_the_same_files(
     on two processes: the same scores file and model files, byte for byte, and the same metrics as one process."""
     args = [a for a in prune_args if not a.startswith(("--search.max_evaluations", "--export.", "--evaluation.metrics"))]
     args += ["--search.max_evaluations=0", "--export.budgets=[{sparsity: 0.3}, {flops: 0.6}, {sparsity: 0.5}]",
-             "--export.split_grid=0.25", "--export.split_images=16", "--evaluation.metrics=[knn, head]",
-             "--evaluation.train_samples=64", "--evaluation.val_samples=32"]
-    runs = {}
+             "--export.split_grid=0.25", "--export.split_images=16", "--evaluation.metrics=[knn, head, throughput]",
+             "--evaluation.train_samples=64", "--evaluation.val_samples=32", "--evaluation.throughput_batch_size=4",
+             "--evaluation.throughput_repeats=2", "--progress=lines"]
+    runs, logs = {}, {}
     for name, extra in (("one", []), ("two", ["--trainer.devices=2"])):
-        _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / name), *args, *extra], tmp_path)
+        logs[name] = _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / name), *args, *extra],
+                          tmp_path).stderr
         runs[name] = json.loads((tmp_path / name / "report.json").read_text())
+    # issue 48: the first process counts every process's models, and times each one alone once the others are done
+    assert "[snapvit] export: 3/3 models (100%)" in logs["two"], logs["two"][-2000:]
+    assert all(entry["metrics"]["throughput_images_per_s"] > 0 for entry in [runs["two"]["dense"], *runs["two"]["pruned"]])
     assert _hashes(tmp_path / "one") == _hashes(tmp_path / "two") and len(_hashes(tmp_path / "one")) > 3
     one, two = runs["one"], runs["two"]
     assert [c["head_ratio"] for c in one["splits"]] == [c["head_ratio"] for c in two["splits"]]

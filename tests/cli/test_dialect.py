@@ -1,6 +1,7 @@
 """One command-line dialect for every command: the same option names, ``--config`` (any command's YAML) honoured in
 full, ``--print_config``, ``--verbose`` as its help says, ``--resume`` overrides read by the parser itself."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -219,3 +220,45 @@ def test_a_bad_base_is_one_error_line(files, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_yaml_merge_key_is_valid_yaml_the_strict_reader_takes(tmp_path, capsys):
+    """Issue 48: ``<<: *defaults`` inside a section was refused as "could not determine a constructor for the tag
+    merge"; it merges (the section's own keys winning), while a key given twice is still refused."""
+    from snapvit_pl.cli.common import read_config
+
+    (tmp_path / "merge.yaml").write_text("search:\n  <<: {max_evaluations: 4, num_images: 16}\n  num_images: 32\n")
+    assert read_config(tmp_path / "merge.yaml")[1] == {"search": {"max_evaluations": 4, "num_images": 32}}
+    with pytest.raises(SystemExit):
+        evaluate_main(["--config", str(tmp_path / "merge.yaml"), "--checkpoint", "c", "--print_config"])
+    (tmp_path / "twice.yaml").write_text("search:\n  num_images: 16\n  num_images: 32\n")
+    with pytest.raises(ConfigError, match="given twice"):
+        read_config(tmp_path / "twice.yaml")
+
+
+def test_the_installed_command_names_itself_in_its_help_and_messages(capsys):
+    """Issue 48: `snapvit-pl prune --help` said "usage: python prune.py", and its errors "see python prune.py"."""
+    assert snapvit_pl_main(["prune", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: snapvit-pl prune ")
+    assert snapvit_pl_main(["prune", "--serch.num_images=3"]) == 2
+    assert "see snapvit-pl prune --help" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        snapvit_pl_main(["train", "fit", "--help"])
+    assert capsys.readouterr().out.startswith("usage: snapvit-pl train ")
+
+
+def test_non_ascii_paths_under_the_c_locale(tmp_path):
+    """Issue 48: with LC_ALL=C and PYTHONUTF8=0, a non-ASCII --out_dir was a traceback, a non-ASCII data root (or
+    scores file) refused; the command starts itself again in UTF-8 mode, where the same bytes name the same files."""
+    from families import saved_scores
+
+    folder = tmp_path / "donn\u00e9es"
+    folder.mkdir()
+    saved_scores(folder, "sc\u00f6res.safetensors")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "OMP_NUM_THREADS": "1"}
+    env.pop("LANG", None)
+    result = subprocess.run([sys.executable, "-m", "snapvit_pl.extract", "--scores", str(folder / "sc\u00f6res.safetensors"),
+                             "--out_dir", str(folder / "d\u00e9coup\u00e9"), "--export.budgets=[{flops: 0.5}]",
+                             "--progress=off"], capture_output=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
+    assert (folder / "d\u00e9coup\u00e9" / "flops0.5" / "model.safetensors").is_file()

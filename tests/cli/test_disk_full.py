@@ -66,7 +66,7 @@ def _tiny(run: Path) -> list[str]:
 
 @pytest.mark.parametrize("writer, call, stage", [
     # the progress after the importance pass: nothing saved to resume from, so the run leaves nothing; run it again
-    ("snapvit_pl.pipeline.resume.torch.save", 2, "resume_state.pt"),
+    ("snapvit_pl.pipeline.resume.write_bytes", 2, "resume_state.pt"),
     ("snapvit_pl.elastic.scores.save_file", 1, "elastic_scores.safetensors"),  # the scores, after the splits
     ("snapvit_pl.models.checkpoint.save_file", 2, "models/flops0.6"),  # the second model of the export
 ], ids=["importance", "splits", "export"])
@@ -78,14 +78,15 @@ def test_prune_disk_full_then_resume_is_byte_identical(uninterrupted, tmp_path, 
         calls = disk_full_at(patch, writer, call)
         code = main(["prune", *_tiny(run)])
     assert len(calls) >= call
-    err = _one_line(capsys, code, "cannot write", stage, "No space left on device", "free in")
+    folder = (run / stage).parent  # the free space of the full file's own folder, not the working directory's
+    err = _one_line(capsys, code, "cannot write", stage, "No space left on device", f"free in {folder}")
     if stage == "resume_state.pt":
         assert not run.exists()  # no progress to keep: a refused run leaves nothing behind
         assert main(["prune", *_tiny(run)]) == 0
     else:
         assert not (run / ".lock").exists() and not [p for p in run.rglob(".*tmp")]  # no lock, no temporary
         assert not (run / "report.json").exists() and (run / "resume_state.pt").exists()
-        assert f"continue with: python prune.py --resume {run}" in err
+        assert f"continue with: snapvit-pl prune --resume {run}" in err
         assert main(["prune", "--resume", str(run), "--progress=off"]) == 0
     assert _artifacts(run) == expected
 
@@ -155,7 +156,7 @@ def test_an_image_unreadable_only_when_read_leaves_a_run_that_resume_completes(u
             "--evaluation.metrics=[knn]", "--evaluation.train_samples=20", "--evaluation.val_samples=12",
             "--evaluation.knn_k=3", "--data.init_args.max_samples=32"]
     err = _one_line(capsys, main(["prune", *args]), "cannot read image", "3.png")
-    assert f"continue with: python prune.py --resume {run}" in err and not (run / "report.json").exists()
+    assert f"continue with: snapvit-pl prune --resume {run}" in err and not (run / "report.json").exists()
     bad.write_bytes(good)
     assert main(["prune", "--resume", str(run), "--progress=off"]) == 0
     assert (run / "report.json").exists() and not (run / ".lock").exists()

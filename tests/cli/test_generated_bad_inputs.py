@@ -11,6 +11,8 @@ editing this file. In-process (``snapvit_pl.cli.main``), so the whole matrix run
 from __future__ import annotations
 
 import inspect
+import os
+import shutil
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -161,7 +163,39 @@ def world(tmp_path_factory) -> Path:
     ckpt = {"state_dict": {"model.x": torch.zeros(3)}, "epoch": 0, "global_step": 1}
     torch.save(ckpt, tmp / "good.ckpt")
     (tmp / "truncated.ckpt").write_bytes((tmp / "good.ckpt").read_bytes()[:200])
+    _issue48_files(tmp)
     return tmp
+
+
+def _issue48_files(tmp: Path) -> None:
+    """What a user has that the tool must not read for ever, replace, or misread: named pipes where files belong, a
+    folder of their own files, a config whose section is a list, a record edited with its checksum recomputed, a
+    fine-tune's checkpoint given to another kind of training, data of one class."""
+    import json
+
+    from snapvit_pl.io import verify_checksum, with_checksum
+
+    for name in ("fifo", "fifo.yaml"):
+        os.mkfifo(tmp / name)
+    (tmp / "user_files").mkdir()
+    (tmp / "user_files" / "config.yaml").write_text("my: own settings\n")
+    (tmp / "user_files" / "notes.txt").write_text("x")
+    (tmp / "section_list.yaml").write_text("export: [1, 2]\n")
+    record = tmp / "string_params" / "architecture.json"
+    shutil.copytree(tmp / "pruned", tmp / "string_params")
+    data = verify_checksum(json.loads(record.read_text()), record, "")
+    data["extra"] = {**data["extra"], "params": "14k"}
+    record.write_text(json.dumps(with_checksum(data)))
+    torch.save({"state_dict": {}, "epoch": 0, "global_step": 1,
+                "hyper_parameters": {"checkpoint": "x", "loss": "both"}}, tmp / "finetune.ckpt")
+    for split, count in (("train", 6), ("val", 3)):
+        (tmp / "one_class" / split / "a").mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(np.full((28, 28), 20 * i, np.uint8)).save(tmp / "one_class" / split / "a" / f"{i}.png")
+    shutil.copytree(tmp / "one_class", tmp / "fifo_images")
+    shutil.copytree(tmp / "fifo_images" / "train" / "a", tmp / "fifo_images" / "train" / "b")
+    shutil.copytree(tmp / "fifo_images" / "val" / "a", tmp / "fifo_images" / "val" / "b")
+    os.mkfifo(tmp / "fifo_images" / "train" / "b" / "0b.png")
 
 
 def _interrupted_run(world: Path) -> None:
@@ -258,7 +292,22 @@ FILE_CASES = [
     *[("train fit", "--model.checkpoint", f, w) for f, w in (
         ("missing", "not found"), ("base.safetensors", "is a file"), ("flipped_weights", "checksum"))],
     *[("train fit", "--ckpt_path", f, w) for f, w in (("truncated.ckpt", "truncated.ckpt"),
-                                                     ("missing.ckpt", "missing.ckpt"))],
+                                                     ("missing.ckpt", "missing.ckpt"), ("fifo", "named pipe"))],
+    # issue 48: a named pipe is refused, never read (a read would wait for ever)
+    ("prune", "--config", "fifo.yaml", "named pipe"), ("prune", "--model.checkpoint_path", "fifo", "named pipe"),
+    ("extract", "--scores", "fifo", "named pipe"), ("evaluate", "--out", "fifo", "named pipe"),
+    ("prune", "--data.init_args.root", "fifo_images", "0b.png is a named pipe"),
+    # an output folder that is not the tool's own, or holds an interrupted run, is not replaced without asking
+    ("prune", "--out_dir", "user_files", "is not empty"), ("prune", "--out_dir", "interrupted", "--resume"),
+    # a file of the user's is not replaced by a report or an ONNX file without --overwrite true
+    ("evaluate", "--out", "a_file", "not written by this command"), ("deploy", "--out", "a_file", "not written by this"),
+    # a config whose section is a list; a record whose fields have the wrong kind (checksum recomputed)
+    ("prune", "--config", "section_list.yaml", "export is a list"),
+    ("extract", "--config", "section_list.yaml", "export is a list"),
+    *[(command, "--checkpoint", "string_params", "extra.params") for command in ("hub card", "evaluate", "deploy")],
+    # a fine-tune's checkpoint given to self-distillation; one class for k-NN
+    ("pretrain fit", "--ckpt_path", "finetune.ckpt", "another kind of training"),
+    ("evaluate", "--data.init_args.root", "one_class", "at least 2 classes"),
 ]
 
 
@@ -280,6 +329,12 @@ def _base_args(command: str, world: Path, out: Path) -> list[str]:
                       f"--trainer.default_root_dir={out / 'ft'}", "--trainer.max_epochs=1",
                       "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1",
                       "--data.init_args.batch_size=8", "--trainer.enable_progress_bar=false"],
+        "train test": ["train", "test", "--config", FINETUNE, "--model.checkpoint", str(world / "pruned"),
+                       f"--trainer.default_root_dir={out / 'ft'}", "--trainer.limit_test_batches=1",
+                       "--data.init_args.batch_size=8", "--trainer.enable_progress_bar=false"],
+        "pretrain fit": ["pretrain", "fit", "--config", str(ROOT / "configs" / "train" / "dino_fmnist.yaml"),
+                         f"--trainer.default_root_dir={out / 'pt'}", "--trainer.max_epochs=1",
+                         "--trainer.limit_train_batches=1", "--trainer.enable_progress_bar=false"],
     }[command]
 
 
@@ -296,7 +351,7 @@ def _with(args: list[str], option: str, value: str) -> list[str]:
         if arg.startswith(option + "="):
             continue
         out.append(arg)
-    if option == "--config" and args[:2] == ["train", "fit"]:
+    if option == "--config" and args[0] in ("train", "pretrain"):
         return out[:2] + [f"{option}={value}"] + out[2:]
     return out + [f"{option}={value}"]
 
@@ -332,6 +387,19 @@ OTHER_CASES = [
     (["extract", "--export.budgets=[{sparsity: 0.2}, {sparsity: 0.2}]"], "is given twice"),
     (["train fit", "--trainer.max_steps=0"], "--trainer.max_steps 0 trains nothing"),
     (["train fit", "--trainer.max_epochs=0"], "--trainer.max_epochs 0 trains nothing"),
+    # issue 48: what Lightning, numpy, torch or torchmetrics refused with a traceback
+    (["train fit", "--trainer.devices=-2"], "--trainer.devices -2"),
+    (["pretrain fit", "--trainer.devices=0"], "--trainer.devices 0"),
+    (["train fit", "--seed_everything=99999999999"], "seeds lie in"),
+    (["train test", "--ckpt_path=best"], "--ckpt_path best"),
+    (["evaluate", "--device=gpu0"], "not a device name"),
+    (["evaluate", "--device=cuda:7"], "not available"),
+    # a misspelt option at any depth: the likely one
+    (["prune", "--data.init_args.rot=/data"], "did you mean --data.init_args.root"),
+    (["evaluate", "--data.init_args.rot=/data"], "did you mean --data.init_args.root"),
+    (["train fit", "--model.checkpont=x"], "did you mean --model.checkpoint"),
+    (["train fit", "--data.init_args.batch_sise=2"], "did you mean --data.init_args.batch_size"),
+    (["extract", "--export.budgts=[]"], "did you mean --export.budgets"),
 ]
 
 
@@ -383,10 +451,57 @@ def test_a_bad_invocation(world, tmp_path, capsys, extra, named):
     _run(world, tmp_path, argv, capsys, named)
 
 
+#: Commands whose every invocation starts the same way (run_command): the environment is checked for all of them.
+ALL_COMMANDS = ["prune", "extract", "evaluate", "deploy", "hub card", "train fit", "pretrain fit"]
+#: A process environment the command cannot run in: (variable, value, what the error line names).
+ENVIRONMENTS = [("SNAPVIT_VERBOSE", "maybe", "SNAPVIT_VERBOSE"), ("SNAPVIT_PROGRESS_INTERVAL", "abc",
+                                                                  "SNAPVIT_PROGRESS_INTERVAL"),
+                ("working directory", "deleted", "working directory no longer exists")]
+
+
+@pytest.mark.parametrize("variable, value, named", ENVIRONMENTS, ids=[v for v, _, _ in ENVIRONMENTS])
+@pytest.mark.parametrize("command", ALL_COMMANDS)
+def test_a_bad_environment_for_any_command(world, tmp_path, capsys, monkeypatch, command, variable, value, named):
+    """Issue 48: a deleted working directory (torch itself would not load: oneMKL's FATAL ERROR, no error line), an
+    environment variable the tool reads set to what it does not take: one line, before anything is read."""
+    if variable == "working directory":
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        monkeypatch.chdir(gone)
+        gone.rmdir()
+    else:
+        monkeypatch.setenv(variable, value)
+    _run(world, tmp_path, _base_args(command, world, tmp_path), capsys, named)
+
+
+def test_snapvit_verbose_0_means_no_traceback(world, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SNAPVIT_VERBOSE", "0")  # read as "verbose" before: the traceback of a plain bad budget
+    _run(world, tmp_path, _with(_base_args("prune", world, tmp_path), "--export.budgets", "[{sparsity: 2}]"), capsys,
+         "sparsity")
+
+
+@pytest.mark.parametrize("command", ["prune", "extract", "evaluate", "deploy", "train fit"])
+def test_ctrl_c_while_the_model_loads_is_one_line_and_leaves_nothing(world, tmp_path, capsys, monkeypatch, command):
+    """Issue 48: SIGINT while the model loaded was a bare KeyboardInterrupt traceback. Status 130 (interrupted), one
+    line, nothing half-written."""
+    import timm
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(timm, "create_model", interrupted)
+    before = _snapshot(world, tmp_path)
+    assert main(_base_args(command, world, tmp_path)) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("interrupted:") and "Traceback" not in lines[0], lines
+    assert _snapshot(world, tmp_path) == before
+
+
 # -- the Python API -----------------------------------------------------------------------------------------------
 def _api_cases(world: Path) -> list[tuple[str, Any]]:
     import snapvit_pl
     from snapvit_pl.elastic import Budget, ElasticScores
+    from snapvit_pl.eval.linear_probe import linear_probe
     from snapvit_pl.models import load_pruned
     from snapvit_pl.pipeline import extract_models
 
@@ -431,6 +546,16 @@ def _api_cases(world: Path) -> list[tuple[str, Any]]:
         ("Budget(sparsity=nan)", lambda: Budget(sparsity=float("nan"))),
         ("extract_models(colliding labels)", lambda: extract_models(model, scores, [Budget(sparsity=0.3),
                                                                                     Budget(sparsity=0.3000001)])),
+        # issue 48
+        ("fit_elastic(model.half(), float32 images)", lambda: snapvit_pl.fit_elastic(
+            load_backbone(FAMILIES["dino_vit"]).half(), images, progress="off")),
+        ("load_pruned(map_location=gpu0)", lambda: load_pruned(world / "pruned", map_location="gpu0")),
+        ("load_pruned(edited extra)", lambda: load_pruned(world / "string_params")),
+        ("ElasticScores.load(fifo)", lambda: ElasticScores.load(world / "fifo")),
+        ("linear_probe(one class)", lambda: linear_probe(torch.randn(8, 4), torch.zeros(8), torch.randn(4, 4),
+                                                         torch.zeros(4))),
+        ("load_backbone(checkpoint_path=fifo)", lambda: load_backbone(BackboneSpec(
+            FAMILIES["dino_vit"].model_name, False, str(world / "fifo"), FAMILIES["dino_vit"].model_kwargs))),
     ]
 
 

@@ -203,3 +203,56 @@ def test_a_run_leaves_the_callers_sigterm_handler_in_place(tiny_prune_args):
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class _ReaderGone:
+    """A standard output whose reader went away after the first line (``prune.py ... | head -1``)."""
+
+    def __init__(self):
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        if self.lines >= 1:
+            raise BrokenPipeError(32, "Broken pipe")
+        self.lines += text.count("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.lines > 1:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_overwrite_replaces_the_whole_earlier_run_and_a_closed_stdout_changes_nothing(tiny_prune_args, tmp_path,
+                                                                                     monkeypatch):
+    """Issue 48: --overwrite true over a finished run with other budgets left the replaced run's models (and plots,
+    logs) beside the new ones; a reader of the table gone after one line made a finished run exit 130 as
+    interrupted. Files of the user's own in the folder stay."""
+    run = tmp_path / "run"
+    common = [a for a in tiny_prune_args if not a.startswith(("--export.budgets", "--report.print_table"))] + \
+        ["--evaluation.metrics=[]"]
+    assert prune_main([*common, "--export.budgets=[{sparsity: 0.3}, {flops: 0.6}]"]) == 0
+    (run / "notes.txt").write_text("mine")
+    monkeypatch.setattr(sys, "stdout", _ReaderGone())
+    assert prune_main([*common, "--export.budgets=[{sparsity: 0.5}]", "--overwrite=true",
+                       "--report.print_table=true"]) == 0
+    monkeypatch.undo()
+    assert sorted(p.name for p in (run / "models").iterdir()) == ["sparsity0.5"]
+    assert [e["label"] for e in json.loads((run / "report.json").read_text())["pruned"]] == ["sparsity0.5"]
+    assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1  # the earlier run's log went too
+    assert (run / "notes.txt").read_text() == "mine" and not (run / ".lock").exists()
+
+
+def test_a_bug_in_the_middle_of_a_run_leaves_no_lock(tiny_prune_args, tmp_path, monkeypatch):
+    """A failure that is no user error keeps its traceback, and the run directory is not left locked."""
+    from snapvit_pl.pipeline.driver import Pipeline
+
+    def bug(self, device=None):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Pipeline, "check_latency", bug)  # (called once the run holds its directory)
+    with pytest.raises(RuntimeError, match="a bug"):
+        prune_main(tiny_prune_args)
+    assert (tmp_path / "run").is_dir() and not (tmp_path / "run" / ".lock").exists()

@@ -218,7 +218,13 @@ def test_resuming_from_the_finetune_of_another_pruned_model_is_refused(tmp_path,
     a, b = _pruned_pair(tmp_path)
     assert _finetune(b, tmp_path / "run_b", "--trainer.max_epochs=1") == 0
     other = tmp_path / "run_b" / "tensorboard" / "checkpoints" / "last.ckpt"
-    capsys.readouterr()
+    # issue 48: the run says where its model is, and a run of 3 steps logs its loss and learning rate (every 50 before)
+    assert f"the trained model is in {tmp_path / 'run_b' / 'model'}" in capsys.readouterr().out
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "run_b" / "tensorboard"))
+    events.Reload()
+    assert {"train/loss", "lr-AdamW/pg1"} <= set(events.Tags()["scalars"]), events.Tags()["scalars"]
     (tmp_path / "resume.yaml").write_text(f"ckpt_path: {other}\n")
     found = tmp_path / "run_a" / "tensorboard" / "checkpoints" / "last.ckpt"  # what --ckpt_path last finds
     found.parent.mkdir(parents=True)
@@ -234,6 +240,10 @@ def test_resuming_from_the_finetune_of_another_pruned_model_is_refused(tmp_path,
     torch.save(unrecorded, tmp_path / "unrecorded.ckpt")
     assert _finetune(b, tmp_path / "run_b2", "--ckpt_path", str(tmp_path / "unrecorded.ckpt")) == 2
     assert "records no model architecture" in _one_error_line(capsys.readouterr().err)
+    # issue 48: its own checkpoint, on other data (another subset of the training images) is refused too
+    assert _finetune(b, tmp_path / "run_b2", "--trainer.max_epochs=2", "--ckpt_path", str(other),
+                     "--data.init_args.max_samples=64") == 2
+    assert f"--ckpt_path {other} was trained on other data" in _one_error_line(capsys.readouterr().err)
     assert _finetune(b, tmp_path / "run_b2", "--trainer.max_epochs=2", "--ckpt_path", str(other)) == 0  # its own
     assert load_pruned(tmp_path / "run_b2" / "model")[1]["heads"] == load_pruned(b)[1]["heads"]
 

@@ -89,3 +89,55 @@ def test_fashion_mnist_is_fingerprinted_by_its_files(fashion_mnist_dir):
     names = sorted(os.path.basename(f[0]) for f in fingerprint["files"])
     assert names == ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"] and fingerprint["listed"] == 60000
     assert all(len(f[4]) == 64 and f[1] == -1 for f in fingerprint["files"])
+
+
+def test_the_listing_fingerprint_reads_no_image_and_changes_with_the_data(tmp_path):
+    """What a training checkpoint records of its data: the same for the same files (moved elsewhere too), another
+    for another subset, another tree or another label."""
+    import shutil
+
+    root = _tree(tmp_path / "root")
+    one = ClassificationDataModule("folder", str(root), max_samples=4, seed=1).listing_fingerprint()
+    assert one["samples"] == 4 and len(one["sha256"]) == 64
+    shutil.move(root, tmp_path / "moved")
+    assert ClassificationDataModule("folder", str(tmp_path / "moved"), max_samples=4, seed=1).listing_fingerprint()[
+        "sha256"] == one["sha256"]
+    assert ClassificationDataModule("folder", str(tmp_path / "moved"), max_samples=6, seed=1).listing_fingerprint()[
+        "sha256"] != one["sha256"]
+    other = _tree(tmp_path / "other")
+    (other / "train" / "a" / "0.png").unlink()
+    assert ClassificationDataModule("folder", str(other), max_samples=4, seed=1).listing_fingerprint()[
+        "sha256"] != one["sha256"]
+
+
+def test_a_named_pipe_among_the_images_is_refused_not_read(tmp_path):
+    """A FIFO named like an image blocked the run for ever (nothing writes to it): refused, naming it."""
+    root = _tree(tmp_path / "root")
+    os.mkfifo(root / "train" / "a" / "0b.png")
+    with pytest.raises(DataError, match=r"0b\.png is a named pipe \(FIFO\), not an image file"):
+        ClassificationDataModule("folder", str(root)).setup()
+
+
+def test_a_dropped_loader_frees_its_persistent_workers_at_once():
+    """A loader dropped with its persistent workers is freed by reference counting (no cycle through its batch
+    sampler): its workers stop now, not when a garbage collection runs, maybe in another loader's forked worker
+    (which printed tracebacks of workers it did not own)."""
+    import gc
+    import weakref
+
+    from torch.utils.data import TensorDataset
+
+    from snapvit_pl.data.base import DeferredDataLoader
+
+    loader = DeferredDataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, num_workers=1, persistent_workers=True)
+    assert len(list(loader)) == 2
+    workers, freed = list(loader._iterator._workers), weakref.ref(loader)
+    gc.disable()
+    try:
+        del loader
+        assert freed() is None
+    finally:
+        gc.enable()
+    for worker in workers:
+        worker.join(timeout=20)
+        assert not worker.is_alive()

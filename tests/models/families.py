@@ -47,3 +47,19 @@ def random_elastic_scores(model, seed=0):
         initial_coefficients(len(blocks), [b.heads.num_units for b in blocks], 1.2, 0.8),
         fingerprint=fingerprint(model),
     )
+
+
+def saved_scores(folder, name="scores.safetensors", family="dino_vit"):
+    """``family``'s model with its weights in ``folder/base.safetensors`` and its random elastic scores saved as
+    ``folder/name``, recording that file as their base (what ``extract`` rebuilds the model from); returns
+    ``(scores file, model)``."""
+    from safetensors.torch import save_file
+
+    from snapvit_pl.models import load_backbone
+
+    spec = FAMILIES[family]
+    model = load_backbone(spec)
+    save_file(model.state_dict(), str(folder / "base.safetensors"))
+    scores = random_elastic_scores(model)
+    scores.base = BackboneSpec(spec.model_name, False, str(folder / "base.safetensors"), spec.model_kwargs).to_dict()
+    return scores.save(folder / name), model

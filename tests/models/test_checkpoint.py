@@ -118,7 +118,9 @@ def test_load_backbone_from_local_checkpoint_file(tmp_path):
     save_file(source.state_dict(), str(tmp_path / "weights.safetensors"))
     loaded = load_backbone(BackboneSpec(spec.model_name, False, str(tmp_path / "weights.safetensors"), spec.model_kwargs))
     assert fingerprint(loaded) == fingerprint(source)
-    assert fingerprint(load_backbone(spec)) != fingerprint(source)
+    assert fingerprint(load_backbone(spec)) == fingerprint(source)  # an unset seed is 0: the same random weights
+    assert fingerprint(load_backbone(BackboneSpec(spec.model_name, False, None, spec.model_kwargs, seed=1))) != \
+        fingerprint(source)
 
 
 def test_load_backbone_bad_inputs(tmp_path):
