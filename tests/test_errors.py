@@ -91,3 +91,20 @@ def test_snapvit_verbose_is_read_as_on_or_off(monkeypatch, value, verbose):
     monkeypatch.setenv("SNAPVIT_VERBOSE", "maybe")
     with pytest.raises(ConfigError, match="SNAPVIT_VERBOSE='maybe'"):
         env_verbose()
+
+
+def test_an_io_error_that_names_no_file_is_reported_in_the_folder_the_command_writes(tmp_path, capsys):
+    """A library's write failing without a file name (a log, a checkpoint) was reported with the free space of the
+    working directory, naming no file: now the folder the command said it writes, and that folder's space."""
+    import errno
+
+    from snapvit_pl.cli.common import run_command, writing_to
+
+    def body(argv):
+        writing_to(tmp_path / "out")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    assert run_command(body, [], "snapvit-pl extract") == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"error: cannot write a file in {tmp_path / 'out'}: No space left") and \
+        f"free in {tmp_path}" in line, line

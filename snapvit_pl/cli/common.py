@@ -154,13 +154,12 @@ def out_of_memory(err: BaseException) -> bool:
 
 def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]], command: str,
                 cleanup: Optional[Callable[[], None]] = None, keep_verbose: bool = True,
-                batch_options: Sequence[str] = (), presets: str = "prune",
-                writing: Optional[Callable[[], Optional[Path]]] = None) -> int:
+                batch_options: Sequence[str] = (), presets: str = "prune") -> int:
     """Run a command's ``body(argv)``; an error the user can fix (or a bad option) becomes one ``error:`` line and
     status 2 (``cleanup`` runs first), unless ``--verbose`` asks for the traceback (``keep_verbose``: the command's
     parser reads ``--verbose`` too). Running out of memory is such an error: its line names ``batch_options``; so is
-    an I/O failure whatever library raised it (``writing``: the folder the command writes, named when the error does
-    not say which file). Ctrl+C ends it with one line and status 130. A reader of the standard output that goes away
+    an I/O failure whatever library raised it (the folder the command said it writes, :func:`writing_to`, is named
+    when the error does not say which file). Ctrl+C ends it with one line and status 130. A reader of the standard output that goes away
     (``| head -1``) changes nothing: the rest of the output is dropped. ``body`` gets ``argv`` with its ``--config``
     values first and each one the file it names (a preset's name of the kind ``presets``: its shipped file,
     :func:`resolve_configs`)."""
@@ -168,6 +167,7 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
         reexec_in_utf8_mode()  # (the process's own command line only)
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = False
+    _WRITING[0] = None
     with tolerate_closed_output():
         try:
             check_environment()
@@ -184,7 +184,7 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
             return exit_with_error(err if isinstance(err, SnapViTError) else config_error(err, command, last_parser()),
                                    verbose)
         except Exception as err:  # noqa: BLE001 - what is not the user's to fix keeps its traceback (re-raised)
-            mapped = _user_facing(err, batch_options, writing)
+            mapped = _user_facing(err, batch_options)
             if mapped is None:
                 raise
             if cleanup is not None:
@@ -194,8 +194,17 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
             return exit_with_error(err if verbose else mapped, verbose)
 
 
-def _user_facing(err: Exception, batch_options: Sequence[str],
-                 writing: Optional[Callable[[], Optional[Path]]]) -> Optional[BaseException]:
+#: The folder the running command writes (:func:`writing_to`).
+_WRITING: list[Optional[Path]] = [None]
+
+
+def writing_to(folder: str | Path) -> None:
+    """Say which folder the running command writes its files in: an I/O failure whose error names no file (a library
+    writing a log, a checkpoint) is reported in it, with that folder's free space."""
+    _WRITING[0] = Path(folder)
+
+
+def _user_facing(err: Exception, batch_options: Sequence[str]) -> Optional[BaseException]:
     """The error the user can act on behind ``err`` (None: a bug, whose traceback is kept): an error of the project
     that an instantiation wrapper re-raised (jsonargparse's TypeError / ValueError), an I/O failure (whatever library
     raised it: ``OSError``, safetensors' ``SafetensorError``), or running out of memory."""
@@ -205,8 +214,7 @@ def _user_facing(err: Exception, batch_options: Sequence[str],
             return cause
     failure = os_error(err)
     if failure is not None:
-        where = writing() if writing is not None else None
-        return storage_error(failure, where=None if where is None else str(where))
+        return storage_error(failure, where=None if _WRITING[0] is None else str(_WRITING[0]))
     if isinstance(err, MemoryError) or ("torch" in sys.modules and out_of_memory(err)):
         first = " ".join(str(err).split())[:160]
         hint = f"lower {', '.join(batch_options)}" if batch_options else "use a smaller model or a larger device"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .common import check_output_file, command_parser, run_command
+from .common import check_output_file, command_parser, run_command, writing_to
 
 EPILOG = """examples:
   snapvit-pl deploy --checkpoint runs/prune/X/models/flops0.5 --check true --benchmark true   # .../flops0.5/model.onnx
@@ -60,6 +60,7 @@ def _deploy(argv: list[str]) -> int:
                               "give --out FILE.onnx")
         args.out = str(Path(args.checkpoint) / DEFAULT_NAME)
     check_output_file(args.out, "--out", args.overwrite, ours=_written_here)
+    writing_to(Path(args.out).parent)
     try:
         from ..deploy.onnx import check_onnx, export_onnx, onnx_throughput
     except ImportError as err:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .common import check_output_file, command_parser, run_command
+from .common import check_output_file, command_parser, run_command, writing_to
 
 EPILOG = """examples:
   snapvit-pl evaluate --checkpoint runs/prune/X/models/flops0.5 --evaluation.metrics [knn,linear,head]
@@ -92,6 +92,7 @@ def _evaluate(argv: list[str]) -> int:
         resolve_device(args.device)
     if args.out is not None:
         check_output_file(args.out, "--out", args.overwrite, ours=is_report)
+        writing_to(Path(args.out).parent)
     init = parser.instantiate(args)
     settings = init.evaluation
     log = lambda message: print(f"[evaluate] {message}", file=sys.stderr, flush=True)  # noqa: E731

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Optional
 
-from .common import check_output_dir, command_parser, run_command
+from .common import check_output_dir, command_parser, run_command, writing_to
 
 EPILOG = """examples:
   snapvit-pl extract --scores runs/prune/X/elastic_scores.safetensors --out_dir pruned/ \\
@@ -67,6 +67,7 @@ def _extract(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     out_dir = check_output_dir(args.out_dir, "--out_dir")
+    writing_to(out_dir)
     init = parser.instantiate(args, instantiate_groups=False)  # the data module; the settings are built below
     scores = ElasticScores.load(args.scores)
     if not scores.base.get("model_name") and not args.model.model_name:

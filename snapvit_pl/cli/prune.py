@@ -19,7 +19,7 @@ from ..seeding import SEED_RANGE
 from .common import (
     layer_config_option,
     DEFAULT_PRUNE_CONFIG, check_config_files, check_device_counts, check_output_dir, first_process, help_formatter,
-    program, quiet_lightning, run_command, tensorboard_logger,
+    program, quiet_lightning, run_command, tensorboard_logger, writing_to,
 )
 
 RESULT_FILES = ("report.json", "elastic_scores.safetensors", "models")
@@ -465,6 +465,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         created = main_process and not out_dir.exists()
         if main_process:  # one run at a time in a directory; the lock goes with this process
             out_dir.mkdir(parents=True, exist_ok=True)
+            writing_to(out_dir)
             run["out_dir"], run["created"] = out_dir, created
             run["lock"] = DirectoryLock(out_dir).acquire()
             if resume_dir is None and not created and cli.config.overwrite:  # what the earlier run wrote goes
@@ -524,8 +525,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
 
     chose_run_dir = RUN_DIR_ENV not in os.environ
     try:
-        return run_command(body, argv, program("prune"), cleanup, batch_options=BATCH_OPTIONS,
-                           writing=lambda: run.get("out_dir"))
+        return run_command(body, argv, program("prune"), cleanup, batch_options=BATCH_OPTIONS)
     finally:
         if "lock" in run:  # however the run ended (a bug's traceback included), no lock stays behind
             run.pop("lock").release()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ConfigError
-from .common import check_config_files, check_device_counts, layer_config_option, program, run_command, tensorboard_logger
+from .common import (
+    check_config_files, check_device_counts, layer_config_option, program, run_command, tensorboard_logger, writing_to,
+)
 
 
 #: --config's help line (:func:`snapvit_pl.cli.common.resolve_config`).
@@ -91,6 +94,7 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
                 config.trainer.default_root_dir = str(finetune_dir(config.model.checkpoint))
             if config.trainer.logger in (None, True):  # TensorBoard in the run directory, as prune.py
                 config.trainer.logger = tensorboard_logger(config.trainer.default_root_dir or "runs/train")
+            writing_to(config.trainer.default_root_dir or os.getcwd())  # (Lightning's default: the working directory)
 
         def instantiate_trainer(self, **kwargs):
             from ..lightning.preemption import PreemptionCheckpoint
