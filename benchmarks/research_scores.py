@@ -492,7 +492,7 @@ def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
         by.setdefault((r["model"], r["variant"]), []).append(r)
     shown = SHOWN
     lines = [f"Mean over seeds on held-out train images (`{display(path)}`), top-1 in % at "
-             + " / ".join(f"{tuple(p)}" for p in shown) + " (about 61 / 51 / 41% of the parameters kept), every variant "
+             + " / ".join(f"{tuple(p)}" for p in shown) + f" (about {' / '.join(_kept(p) for p in shown)}% of the parameters kept), every variant "
              "cut at the same parameter counts with its own fitness-chosen split; [n] seeds; `-`: not run.", ""]
     for key in REPORTED:
         having = [m for m in models if any(r["model"] == m and r["rows"][0].get(key) is not None for r in records)]
@@ -510,6 +510,19 @@ def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
                 cells.append(" / ".join(f"{v:.2f}" for v in means) + f" [{len(runs)}]")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += ["**What each costs**: importance passes over the pruning images (one per stage of a re-linearised greedy) "
+              "and the local scores' seconds on one CPU thread (the passes and the greedy's orders; mean over every "
+              "model and seed run, on a shared 2-core machine), against the first variant's.", "",
+              "| variant | passes | seconds | x first |", "|---|---:|---:|---:|"]
+    base = None
+    for name in variants:
+        runs = [r for r in records if r["variant"] == name and r["model"] in models]
+        if not runs:
+            continue
+        seconds = statistics.fmean(r.get("scoring_s", 0.0) for r in runs)
+        base = base or seconds
+        passes = VARIANTS[name].kwargs.get("stages", 1) if name in VARIANTS else 1
+        lines.append(f"| {name} | {passes} | {seconds:.1f} | {seconds / base:.2f} |")
     return "\n".join(lines)
 
 
