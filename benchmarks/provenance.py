@@ -33,7 +33,10 @@ LINE = re.compile(r"^_Provenance: `(?P<command>[^`]*)` at commit (?P<commit>[0-9
 SCRIPTS = {"full_size_cpu": "benchmarks/gpu_pipeline.py", "demo_prune_report": "prune.py",
            "training_log": "benchmarks/training_log.py", "holdout": "benchmarks/research_scores.py",
            "selection": "benchmarks/research_scores.py", "probes": "benchmarks/research_scores.py",
-           "LOG": "benchmarks/research_scores.py"}
+           "LOG": "benchmarks/research_scores.py", "selection_issue38": "benchmarks/research_scores.py",
+           "selection_issue46": "benchmarks/research_scores.py", "bf16_orders": "benchmarks/research_scores.py",
+           "issue38": "benchmarks/research_scores.py", "issue46": "benchmarks/research_scores.py",
+           "giant_cpu": "benchmarks/quick_cpu.py", "compare_methods_deep": "benchmarks/compare_methods.py"}
 
 
 def results_files() -> list[Path]:
@@ -90,13 +93,22 @@ class Status:
     stale: Optional[bool]  # None: not known (no provenance, or the history does not hold the commit)
 
 
+def measured_by(path: Path, script: str) -> list[str]:
+    """What a results file describes: its script and the measured code, or, for a development model's
+    ``training_log.md`` (the record of how the model beside it was trained, read from that run's events), the model's
+    weights and its training log's script: the log is out of date when the model is, not when later code changes."""
+    if path.name == "training_log.md" and path.parent.parent == ROOT / "assets":
+        return [script, str((path.parent / "model.safetensors").relative_to(ROOT))]
+    return [script, *MEASURED_CODE]
+
+
 def status(path: Path) -> Status:
     """Whether ``path`` is older than the code it measures (its oldest record's commit is the one compared)."""
     found = records(path)
     if any(r is None or not r.get("commit") for r in found):
         return Status(path, None, None, None, None)
     script = script_of(path)
-    changed = last_change([script, *MEASURED_CODE])
+    changed = last_change(measured_by(path, script))
     commits = {r["commit"] for r in found}
     full = [_git("rev-parse", "--verify", "--quiet", f"{c}^{{commit}}") for c in commits]
     if changed is None or None in full:

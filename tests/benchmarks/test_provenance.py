@@ -89,3 +89,14 @@ def test_a_training_log_is_a_results_file_not_measured_code():
 
     assert last_change(["assets/ssl_clutter_vit/training_log.md"]) is None
     assert last_change(["assets/ssl_clutter_vit/model.safetensors"]) is not None
+
+
+def test_a_training_log_is_out_of_date_when_its_model_is_not_when_the_code_changes():
+    """A development model's training log records how the model beside it was trained: it is compared with the
+    model's weights (and its own script), not with the package's code, which later changes do not make untrue."""
+    from benchmarks.provenance import measured_by
+
+    log = ROOT / "assets" / "ssl_clutter_vit" / "training_log.md"
+    assert measured_by(log, "benchmarks/training_log.py") == ["benchmarks/training_log.py",
+                                                              "assets/ssl_clutter_vit/model.safetensors"]
+    assert "snapvit_pl" in measured_by(ROOT / "benchmarks" / "results" / "gn_cost.json", "benchmarks/gn_cost.py")
