@@ -519,9 +519,13 @@ def selection_table(path: Path, variants: list[str], models: list[str]) -> str:
         runs = [r for r in records if r["variant"] == name and r["model"] in models]
         if not runs:
             continue
-        seconds = statistics.fmean(r.get("scoring_s", 0.0) for r in runs)
-        base = base or seconds
         passes = VARIANTS[name].kwargs.get("stages", 1) if name in VARIANTS else 1
+        timed = [r["scoring_s"] for r in runs if r.get("scoring_s")]  # records older than the timing have none
+        if not timed:
+            lines.append(f"| {name} | {passes} | not recorded | - |")
+            continue
+        seconds = statistics.fmean(timed)
+        base = base or seconds
         lines.append(f"| {name} | {passes} | {seconds:.1f} | {seconds / base:.2f} |")
     return "\n".join(lines)
 

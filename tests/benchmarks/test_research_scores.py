@@ -53,6 +53,11 @@ def test_selection_tables_mean_over_seeds_per_metric_and_skip_a_missing_head(tmp
     assert "| variant | sup |\n" in head and "| a | 85.00 / 85.00 / 85.00 [2] |" in head  # ssl has no head
     assert "| a | 50.00 / 50.00 / 50.00 [2] | 50.00 / 50.00 / 50.00 [1] |" in linear
     assert "| a | 40.00 / 40.00 / 40.00 [2] | 40.00 / 40.00 / 40.00 [1] |" in knn and "| b | - | - |" in knn
+    assert "| a | 1 | not recorded | - |" in table  # these records carry no scoring time
+    timed = [json.loads(line) | {"scoring_s": s} for line, s in zip(path.read_text().splitlines(), (2.0, 4.0, 6.0))]
+    path.write_text("\n".join([*map(json.dumps, timed), json.dumps(json.loads(record("sup", "b", 0, 0.7)) | {"scoring_s": 8.0})]))
+    assert "| a | 1 | 4.0 | 1.00 |" in selection_table(path, ["a", "b"], ["sup", "ssl"])
+    assert "| b | 1 | 8.0 | 2.00 |" in selection_table(path, ["a", "b"], ["sup", "ssl"])
 
 
 def test_paired_table_differences_by_seed_and_only_where_both_ran(tmp_path):
