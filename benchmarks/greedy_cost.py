@@ -90,11 +90,15 @@ def before_state(layout: BlockRowGram, state: dict[str, torch.Tensor]) -> dict[s
 
 
 def timed_order(run: Any) -> tuple[torch.Tensor, float, int, dict[str, int]]:
-    """(positions, seconds, host synchronisations, by operator) of ``run()``."""
+    """(positions, seconds, host synchronisations, by operator) of ``run()``: timed alone, then run again to count
+    (the counter sees every tensor operation from Python, which slows an order of many small operations several
+    times: the development models' orders were once timed under it)."""
+    start = time.perf_counter()
+    positions = run()
+    seconds = time.perf_counter() - start
     with HostSyncs() as syncs:
-        start = time.perf_counter()
-        positions = run()
-        seconds = time.perf_counter() - start
+        counted = run()
+    assert torch.equal(counted, positions), "the order changed between two runs on the same Gram"
     return positions, seconds, syncs.count, dict(syncs.operators)
 
 
@@ -175,7 +179,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"low-rank form), in the form `gram: auto` takes on a CPU; the "
         f"default `cross_weight` {report['cross_weight']} and at most {report['max_steps']} steps. *Syncs*: host "
         "synchronisations of one whole order (read-backs, data-dependent shapes, copies to the host), each of which "
-        "a GPU run waits for.", "",
+        "a GPU run waits for, counted in a second run of the same order (each order is timed alone).", "",
         "| model | units | removable | steps | Gram | order before (s) | order after (s) | syncs before | syncs after "
         "| same order |",
         "|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
@@ -187,7 +191,7 @@ def markdown(report: dict[str, Any]) -> str:
                                             f"{same['units_moved']} units moved (rho {same['spearman']:.6f})")
         lines.append(f"| {r['model']} | {r['units']:,} | {r['removable']:,} | {r['steps']:,} | {r['gram']} | "
                      f"{before.get('seconds', float('nan')):.1f} | {r['after']['seconds']:.1f} | "
-                     f"{before.get('syncs', 'n/a'):,} | {r['after']['syncs']} | {shown} |")
+                     f"{format(before['syncs'], ',') if before else 'n/a'} | {r['after']['syncs']} | {shown} |")
     lines += ["", "Where the syncs after come from (one whole order): " + "; ".join(
         f"{r['model']}: " + ", ".join(f"{k} {v}" for k, v in sorted(r["after"]["by_operator"].items()))
         for r in report["shapes"]) + "."]

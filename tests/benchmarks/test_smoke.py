@@ -117,3 +117,16 @@ def test_stage_floors_tiny_times_every_stage_against_its_floor(tmp_path):
     dino = report["models"]["tiny"]["dino_config"]
     assert 0 < dino["splits_raced_s"] < dino["splits_exhaustive_s"]
     assert "two_processes" not in report  # not in the smoke run
+
+
+def test_greedy_cost_tiny_times_the_order_and_counts_its_syncs(capsys):
+    """The order is timed and its host synchronisations counted: a few per order, not one per step."""
+    from benchmarks.greedy_cost import main
+
+    assert main(["--tiny", "--no-before"]) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny-")]
+    assert [r[1].strip() for r in rows] == ["tiny-4", "tiny-8"]
+    steps = [int(r[4].replace(",", "")) for r in rows]
+    syncs = [int(r[9]) for r in rows]
+    assert steps[1] > 3 * steps[0] and syncs[0] == syncs[1] <= 10, rows
+    assert all(float(r[7]) >= 0 for r in rows)
