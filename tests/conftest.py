@@ -10,8 +10,8 @@ import torch
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # tests/<pkg>/ helper modules (e.g. tests/models/families.py, tests/search/ask_tell.py, tests/cli/run_helpers.py,
-# tests/lightning/compose.py, tests/faults.py) are importable by name.
-for _helpers in ("", "models", "search", "cli", "lightning"):
+# tests/lightning/compose.py, tests/correction/calibration.py, tests/faults.py) are importable by name.
+for _helpers in ("", "models", "search", "cli", "lightning", "correction"):
     sys.path.insert(0, str(Path(__file__).parent / _helpers))
 
 

@@ -38,9 +38,10 @@ def version() -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """``snapvit-pl COMMAND ...``: run one command; returns the exit status."""
-    if argv is None:
-        from .common import reexec_in_utf8_mode
+    from .common import reexec_in_utf8_mode, reopen_closed_standard_streams
 
+    reopen_closed_standard_streams()  # (before anything is printed or opened)
+    if argv is None:
         reexec_in_utf8_mode()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):

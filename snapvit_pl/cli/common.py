@@ -290,9 +290,30 @@ class _ClosedPipeTolerant:
         return getattr(self._stream, name)
 
 
+def reopen_closed_standard_streams() -> None:
+    """Point standard input, output and error at ``/dev/null`` where the process was started with them closed
+    (``prune.py >&-``, as some schedulers and daemons start commands). Python then sets ``sys.stdout`` (or
+    ``sys.stderr``) to None, and the first file the command opens would take the free descriptor 1 or 2, so that
+    anything written to standard output (by a library, by a process it starts) would land in that file."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))
+
+
 @contextmanager
 def tolerate_closed_output() -> Iterator[None]:
-    """Standard output and error as :class:`_ClosedPipeTolerant` streams for the duration of a command."""
+    """Standard output and error as :class:`_ClosedPipeTolerant` streams for the duration of a command (a closed
+    one first reopened on ``/dev/null``, :func:`reopen_closed_standard_streams`)."""
+    reopen_closed_standard_streams()
     streams = {name: getattr(sys, name) for name in ("stdout", "stderr")}
     guarded = {name: stream if isinstance(stream, _ClosedPipeTolerant) else _ClosedPipeTolerant(stream)
                for name, stream in streams.items()}

@@ -204,6 +204,9 @@ def check_trainer_options(trainer: Any, defaults: Any) -> None:
         instead = _INSTEAD.get(top, "leave it unset")
         raise ConfigError(f"--trainer.{key} {value!r}: a pruning run trains nothing and honours only "
                           f"--trainer.{{{', '.join(LAUNCHER_OPTIONS[:5])}, ...}}; {instead}")
+    from ..lightning.pruning_module import check_precision
+
+    check_precision(trainer.get("precision"))  # here, before any process starts: refused once, not once per process
     check_device_counts(trainer)
     nodes = trainer.get("num_nodes") or 1
     if nodes > 1 and not any(key in os.environ for key in CLUSTER_ENVIRONMENT):

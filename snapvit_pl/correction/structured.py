@@ -37,30 +37,41 @@ class CorrectionSettings:
         enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units): ``true``,
             ``false`` (the default), or ``auto``: on when the run's device is an accelerator, where it costs seconds
             per model, off on the CPU, where it costs minutes per model at full size (see :meth:`active`).
-        method: ``sparsegpt`` (an OBS update of the kept columns, :func:`correct_and_prune`) or ``bias`` (FLAP's
-            bias compensation: the removed channels' mean input folded into the bias,
+        method: ``dense_fit`` (each pruned block's ``proj`` / ``fc2`` refitted, weight and bias, to the dense
+            model's output of that block, residual stream included: :func:`snapvit_pl.correction.fit_to_dense_and_prune`),
+            ``sparsegpt`` (an OBS update of the kept columns toward each layer's own output, :func:`correct_and_prune`;
+            SnapViT's) or ``bias`` (FLAP's bias compensation: the removed channels' mean input folded into the bias,
             :func:`snapvit_pl.correction.compensate_bias_and_prune`; FLAP as published is ``importance.scorer: FLAP``,
             ``importance.allocation: standardized`` and this).
         num_samples: calibration images (plain views of a seeded subset of the pruning data).
         batch_size: images per forward pass.
-        damping: how the Hessian's damping is scaled (see :meth:`snapvit_pl.correction.ColumnCorrector.correct`;
-            DINOv3: ``max``).
+        damping: how the damping (``sparsegpt``: of the Hessian, :meth:`snapvit_pl.correction.ColumnCorrector.correct`;
+            ``dense_fit``: the ridge, :meth:`snapvit_pl.correction.RidgeFit.solve`) scales with the inputs'
+            second moments (DINOv3: ``max``).
         damp_fraction: the damping's fraction of that scale (DINOv3: ``0.1``).
         block_size: columns updated together (see :meth:`snapvit_pl.correction.ColumnCorrector.correct`).
+        refit: ``dense_fit`` only: ``pruned`` refits the blocks that lose units, ``following`` every block from the
+            first of them to the last (those that lose nothing absorb the drift too).
+        output_weight: ``dense_fit`` only: extra weight of the tokens the output reads (class token, or the mean of
+            the patch tokens) in the last block's fit, as a multiple of all of an image's tokens (0: none).
     """
 
     enabled: Union[bool, Literal["auto"]] = False
-    method: Literal["sparsegpt", "bias"] = "sparsegpt"
+    method: Literal["sparsegpt", "bias", "dense_fit"] = "sparsegpt"
     num_samples: PositiveInt = 256
     batch_size: PositiveInt = 64
     damping: Damping = DAMPING
     damp_fraction: NonNegativeFloat = DAMP_FRACTION
     block_size: PositiveInt = BLOCK_SIZE
+    refit: Literal["pruned", "following"] = "pruned"
+    output_weight: NonNegativeFloat = 0.0
 
     def __post_init__(self) -> None:
         check_fields(self, "correction")
-        if self.method not in ("sparsegpt", "bias"):
-            raise ConfigError(f"correction.method must be sparsegpt or bias, got {self.method!r}")
+        if self.method not in ("sparsegpt", "bias", "dense_fit"):
+            raise ConfigError(f"correction.method must be dense_fit, sparsegpt or bias, got {self.method!r}")
+        if self.refit not in ("pruned", "following"):
+            raise ConfigError(f"correction.refit must be pruned or following, got {self.refit!r}")
         if self.enabled not in (True, False, "auto"):
             raise ConfigError(f"correction.enabled must be true, false or auto, got {self.enabled!r}")
 

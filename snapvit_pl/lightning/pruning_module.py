@@ -152,14 +152,23 @@ def check_trainer(trainer: pl.Trainer) -> None:
         raise ConfigError(f"Trainer(strategy={type(strategy).__name__}): a pruning run trains nothing and shares its work "
                           "across processes with its own DDP; pass strategy=snapvit_pl.lightning.strategy."
                           "PruningDDPStrategy() (prune.py: --trainer.strategy ddp)")
-    precision = str(getattr(trainer, "precision", TRAINER_PRECISION))
-    if precision not in (TRAINER_PRECISION, "32"):
-        raise ConfigError(f"Trainer(precision={precision!r}): each pruning stage picks its own precision (bf16 autocast on "
-                          "CUDA, fp32 on a CPU; the scorer's precision setting for the importance pass); leave the "
-                          "Trainer's precision at its default")
+    check_precision(getattr(trainer, "precision", TRAINER_PRECISION))
     if trainer.world_size > 1 and getattr(trainer, "_accelerator_connector").use_distributed_sampler:
         raise ConfigError("Trainer(use_distributed_sampler=True) on several processes pads the pruning data by "
                           "repeating images; pass use_distributed_sampler=False (each process reads its own share)")
+
+
+def check_precision(precision: Any) -> None:
+    """Refuse a Trainer precision other than Lightning's default (None: unset): each pruning stage picks its own.
+    ``prune.py`` calls this before it starts any process, :func:`check_trainer` in a composed Trainer's setup.
+
+    Raises:
+        ConfigError: naming the precision and what to do instead.
+    """
+    if precision is not None and str(precision) not in (TRAINER_PRECISION, "32"):
+        raise ConfigError(f"Trainer(precision={str(precision)!r}): each pruning stage picks its own precision (bf16 "
+                          "autocast on CUDA, fp32 on a CPU; the scorer's precision setting for the importance pass); "
+                          "leave the Trainer's precision at its default")
 
 
 class StageCallback(pl.Callback):

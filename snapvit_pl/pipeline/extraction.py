@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import nn
 
-from ..correction import CorrectionSettings, compensate_bias_and_prune, correct_and_prune
+from ..correction import CorrectionSettings, compensate_bias_and_prune, correct_and_prune, fit_to_dense_and_prune
 from ..elastic.budget import Budget, CostModel, check_unique_labels
 from ..elastic.ranking import removed_count
 from ..elastic.scores import ElasticScores
@@ -66,6 +66,12 @@ class Correction:
         if s.method == "bias":
             model = compensate_bias_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size)
             done = {"method": "bias", "num_samples": len(images)}
+        elif s.method == "dense_fit":
+            model = fit_to_dense_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size,
+                                           damping=s.damping, damp_fraction=s.damp_fraction, refit=s.refit,
+                                           output_weight=s.output_weight)
+            done = {"method": "dense_fit", "num_samples": len(images), "damping": s.damping,
+                    "damp_fraction": s.damp_fraction, "refit": s.refit, "output_weight": s.output_weight}
         else:
             model = correct_and_prune(copy.deepcopy(base), subnet, images, s)
             done = {"num_samples": len(images), "damping": s.damping, "damp_fraction": s.damp_fraction}

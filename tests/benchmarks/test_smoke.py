@@ -130,3 +130,13 @@ def test_greedy_cost_tiny_times_the_order_and_counts_its_syncs(capsys):
     syncs = [int(r[9]) for r in rows]
     assert steps[1] > 3 * steps[0] and syncs[0] == syncs[1] <= 10, rows
     assert all(r[8].strip() == r[10].strip() == "n/a" for r in rows)  # --no-before: no earlier greedy to compare
+
+
+def test_correction_cost_tiny_times_every_method_in_a_process_of_its_own(tmp_path):
+    from benchmarks.correction_cost import METHODS, main
+
+    assert main(["--tiny", "--out", str(tmp_path / "cost")]) == 0
+    rows = json.loads((tmp_path / "cost.json").read_text())["rows"]
+    assert [r["method"] for r in rows] == list(METHODS)
+    assert all(r["seconds"] > 0 and r["peak_mb"] >= r["held_before_mb"] > 0 for r in rows)
+    assert "| tiny | 54% | dense_fit | 2 |" in (tmp_path / "cost.md").read_text()

@@ -3,29 +3,13 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from families import FAMILIES, random_subnet
+from calibration import half_subnet, model_of, smooth_images
+from families import random_subnet
 
 from snapvit_pl.correction import CorrectionSettings, correct_and_prune
-from snapvit_pl.models import Subnet, architecture, load_backbone, prunable_blocks, prune_
+from snapvit_pl.models import Subnet, architecture, prune_
 
 PRUNED_FAMILIES = ["dino_vit", "dinov2_reg", "eva02_fused_qkv", "deit_distilled", "dinov2_swiglu_packed", "vit_swiglu"]
-
-
-def smooth_images(n, seed):
-    """Low-frequency images: the hidden states of a random ViT are then strongly correlated."""
-    g = torch.Generator().manual_seed(seed)
-    return F.interpolate(torch.randn(n, 3, 4, 4, generator=g), size=32, mode="bilinear", align_corners=False)
-
-
-def half_subnet(model, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    blocks = prunable_blocks(model)
-    return Subnet([torch.randperm(b.heads.num_units, generator=g)[: b.heads.num_units // 2] for b in blocks],
-                  [torch.randperm(b.neurons.num_units, generator=g)[: b.neurons.num_units // 2] for b in blocks])
-
-
-def model_of(family):
-    return load_backbone(FAMILIES[family]).eval()
 
 
 @pytest.mark.parametrize("family", ["dino_vit", "eva02_fused_qkv"])
