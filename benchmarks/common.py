@@ -62,6 +62,8 @@ MODEL_DATA = {name: ["--data.init_args.source=fashion_mnist_clutter"] for name i
 
 def model_overrides(name: str) -> list[str]:
     """``prune.py`` overrides that load development model ``name`` (its architecture and weights) and its data."""
+    for file in ("architecture.json", "model.safetensors"):
+        _OPENED.add(str((MODELS[name] / file).relative_to(ROOT)))
     record = json.loads((MODELS[name] / "architecture.json").read_text())
     kwargs = record["base"]["model_kwargs"]
     return [f"--model.model_name={record['base']['model_name']}", "--model.pretrained=false",
@@ -117,9 +119,60 @@ def pct(value: Optional[float], digits: int = 1) -> str:
     return "n/a" if value is None else f"{100 * value:.{digits}f}"
 
 
-#: The code a results file may depend on besides its script: a change here after the recorded commit makes the
-#: file stale (tests/benchmarks/test_provenance.py lists such files).
+#: The code a results file may depend on besides its script. A file recorded before its run recorded the files it
+#: used (:func:`used_files`) is stale when any of this changed after its commit; a run that starts the project in
+#: other processes (``subprocesses=True`` in :func:`write_results`) records all of it.
 MEASURED_CODE = ("snapvit_pl", "callbacks", "configs", "assets", "benchmarks/common.py")
+#: Folders of project files a run may read as data (configs, development models): the ones it opened are recorded.
+DATA_FOLDERS = ("configs", "assets")
+_OPENED: set[str] = set()
+
+
+def _record_open(event: str, args: tuple) -> None:
+    """Audit hook: remember the project's configs and assets this process opens (for :func:`used_files`)."""
+    if event != "open" or not args or not isinstance(args[0], (str, os.PathLike)):
+        return
+    path = os.path.abspath(os.fspath(args[0]))
+    root = str(ROOT) + os.sep
+    if path.startswith(root) and path[len(root):].split(os.sep, 1)[0] in DATA_FOLDERS:
+        _OPENED.add(path[len(root):])
+
+
+sys.addaudithook(_record_open)
+
+
+def file_digest(path: Path) -> Optional[str]:
+    """sha256 (16 hex digits) of a file's content; None when it does not exist."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def used_files(subprocesses: bool = False) -> dict[str, str]:
+    """The project files this run used, with their :func:`file_digest`: every module imported from the checkout
+    (the package, the callbacks, the benchmark scripts), the configs and assets opened, and the development models
+    named (:func:`model_overrides`, whose weights are read outside Python's ``open``). ``subprocesses``: the run
+    started the project in other processes, whose imports this one cannot see: every file of
+    :data:`MEASURED_CODE`."""
+    files = set(_OPENED)
+    root = str(ROOT) + os.sep
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if name and os.path.abspath(name).startswith(root):
+            relative = os.path.abspath(name)[len(root):]
+            if not relative.startswith("tests" + os.sep):
+                files.add(relative)
+    if subprocesses:
+        for top in MEASURED_CODE:
+            folder = ROOT / top
+            found = [folder] if folder.is_file() else [p for p in folder.rglob("*") if p.is_file()]
+            files |= {str(p.relative_to(ROOT)) for p in found
+                      if "__pycache__" not in p.parts and p.name != "training_log.md"}
+    digests = {name: file_digest(ROOT / name) for name in sorted(files)}
+    return {name: digest for name, digest in digests.items() if digest is not None}
 
 
 def _git(*args: str) -> Optional[str]:
@@ -158,17 +211,31 @@ def parse_args(parser: Any, argv: Optional[list[str]] = None) -> Any:
     return args
 
 
-def provenance(settings: Any) -> dict[str, Any]:
+def provenance(settings: Any, subprocesses: bool = False) -> dict[str, Any]:
     """What made a results file: the checkout's commit (``dirty``: the measured code had uncommitted changes), the
     digest of the run's settings (:func:`config_digest` of ``settings``: its parsed arguments, or a settings
-    dataclass) and its command line (:data:`COMMAND`)."""
+    dataclass), its command line (:data:`COMMAND`) and the project files it used with their digests
+    (:func:`used_files`; ``subprocesses``: it started the project in other processes)."""
     from dataclasses import asdict, is_dataclass
 
     commit = _git("rev-parse", "HEAD")
     changes = _git("status", "--porcelain", "--", *MEASURED_CODE) if commit else None
     values = asdict(settings) if is_dataclass(settings) else vars(settings) if hasattr(settings, "__dict__") else settings
     return {"commit": commit, "dirty": bool(changes), "config_digest": config_digest(values),
-            "command": COMMAND or "not recorded", "recorded": "run", "date": time.strftime("%Y-%m-%d %H:%M")}
+            "command": COMMAND or "not recorded", "recorded": "run", "date": time.strftime("%Y-%m-%d %H:%M"),
+            "files": used_files(subprocesses)}
+
+
+#: The Markdown comment (invisible when rendered) that holds a Markdown-only results file's used files, just before
+#: its provenance line.
+FILES_COMMENT = "<!-- files: {} -->"
+
+
+def provenance_lines(record: dict[str, Any]) -> str:
+    """The end of a Markdown results file: the used files' comment (when recorded) and the :func:`provenance_line`."""
+    files = FILES_COMMENT.format(json.dumps(record["files"], separators=(",", ":"))) + "\n" if record.get("files") \
+        else ""
+    return files + provenance_line(record)
 
 
 def provenance_line(record: dict[str, Any]) -> str:
@@ -180,21 +247,22 @@ def provenance_line(record: dict[str, Any]) -> str:
 
 
 def write_results(prefix: Path, report: dict[str, Any], markdown: Any, settings: Any,
-                  round_values: bool = True) -> None:
+                  round_values: bool = True, subprocesses: bool = False) -> None:
     """``<prefix>.json`` (the report, :func:`rounded` unless ``round_values`` is false, with its
     :func:`provenance` under ``"provenance"``) and ``<prefix>.md`` (``markdown(report)``, or the text ``markdown``,
-    ending with the :func:`provenance_line`). ``settings``: what the run was asked for (its parsed arguments or
-    its settings dataclass)."""
+    ending with the :func:`provenance_line`; the used files are in the JSON). ``settings``: what the run was asked
+    for (its parsed arguments or its settings dataclass); ``subprocesses``: the run started the project in other
+    processes (:func:`used_files`)."""
     from snapvit_pl.io import write_json_atomic, write_text_atomic
 
-    report = {**(rounded(report) if round_values else report), "provenance": provenance(settings)}
+    report = {**(rounded(report) if round_values else report), "provenance": provenance(settings, subprocesses)}
     text = markdown(report) if callable(markdown) else markdown
     write_json_atomic(prefix.with_suffix(".json"), report)
     write_text_atomic(prefix.with_suffix(".md"), text.rstrip("\n") + "\n\n" + provenance_line(report["provenance"]) + "\n")
 
 
-def write_markdown(path: Path, text: str, settings: Any) -> None:
-    """A results file that is Markdown only: ``text``, ending with the :func:`provenance_line` of ``settings``."""
+def write_markdown(path: Path, text: str, settings: Any, subprocesses: bool = False) -> None:
+    """A results file that is Markdown only: ``text``, ending with the :func:`provenance_lines` of ``settings``."""
     from snapvit_pl.io import write_text_atomic
 
-    write_text_atomic(path, text.rstrip("\n") + "\n\n" + provenance_line(provenance(settings)) + "\n")
+    write_text_atomic(path, text.rstrip("\n") + "\n\n" + provenance_lines(provenance(settings, subprocesses)) + "\n")

@@ -3,8 +3,12 @@
 Every file under ``benchmarks/results/`` (and each development model's ``training_log.md``) records what made it:
 the commit, a digest of the settings and the command (``benchmarks/common.py``: ``write_results``,
 ``write_markdown``; a JSON file under ``"provenance"``, a Markdown file in its last line, a JSON-lines file in each
-record). A file is *stale* when the code it measures (its script and :data:`benchmarks.common.MEASURED_CODE`)
-changed in a commit after the recorded one.
+record), and, since issue 51, the project files the run used with a digest of each (the modules it imported, the
+configs and assets it opened: ``benchmarks.common.used_files``; in a Markdown-only file, the comment before its last
+line). A file that records its used files is *stale* when one of them is no longer what the run read (a changed
+module it did not import changes nothing); a file recorded before that is stale when the code it may have measured
+(its script and :data:`benchmarks.common.MEASURED_CODE`) changed in a commit after the recorded one, which needs the
+history: in a shallow clone that check is an error, not a pass.
 
     python benchmarks/provenance.py            # the table: file, recorded commit, stale or not
     python benchmarks/provenance.py --backfill # once: files written before provenance was recorded get the
@@ -24,7 +28,7 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import MEASURED_CODE, RESULTS, provenance_line  # noqa: E402
+from benchmarks.common import FILES_COMMENT, MEASURED_CODE, RESULTS, file_digest, provenance_line  # noqa: E402
 
 #: The Markdown provenance line (benchmarks.common.provenance_line) read back.
 LINE = re.compile(r"^_Provenance: `(?P<command>[^`]*)` at commit (?P<commit>[0-9a-f]+|unknown)(?P<dirty> with "
@@ -59,13 +63,21 @@ def records(path: Path) -> list[Optional[dict[str, Any]]]:
         return [json.loads(text).get("provenance")]
     if path.suffix == ".jsonl":
         return [json.loads(line).get("provenance") for line in text.splitlines() if line.strip()]
-    last = text.rstrip("\n").splitlines()[-1] if text.strip() else ""
-    match = LINE.match(last)
+    lines = text.rstrip("\n").splitlines() if text.strip() else [""]
+    match = LINE.match(lines[-1])
     if match is None:
         return [None]
-    return [{"command": match["command"], "commit": match["commit"], "dirty": bool(match["dirty"]),
-             "recorded": "run" if match["how"] == "recorded when it ran" else "git",
-             "config_digest": None if match["digest"] == "not recorded" else match["digest"]}]
+    record = {"command": match["command"], "commit": match["commit"], "dirty": bool(match["dirty"]),
+              "recorded": "run" if match["how"] == "recorded when it ran" else "git",
+              "config_digest": None if match["digest"] == "not recorded" else match["digest"]}
+    files = FILES.match(lines[-2]) if len(lines) > 1 else None
+    if files is not None:
+        record["files"] = json.loads(files[1])
+    return [record]
+
+
+#: The used files' comment of a Markdown results file (benchmarks.common.FILES_COMMENT) read back.
+FILES = re.compile("^" + re.escape(FILES_COMMENT).replace(re.escape("{}"), "(.*)") + "$")
 
 
 def _git(*args: str) -> Optional[str]:
@@ -85,12 +97,30 @@ def last_change(paths: list[str]) -> Optional[str]:
 
 @dataclass
 class Status:
-    """One results file: the commit it records, the last change to what it measures, whether it is older."""
+    """One results file: the commit it records, what changed in what it measures (a file it used, or for a file
+    without recorded files the last commit that changed the code), whether it is older."""
     path: Path
     commit: Optional[str]
     recorded: Optional[str]
     changed_in: Optional[str]
     stale: Optional[bool]  # None: not known (no provenance, or the history does not hold the commit)
+
+
+def changed_files(found: list[dict[str, Any]], root: Path = ROOT) -> Optional[list[str]]:
+    """The files the records say their runs used whose content is no longer what they read (missing ones
+    included); None when a record does not list its files."""
+    if not all(r.get("files") for r in found):
+        return None
+    return sorted({name for r in found for name, digest in r["files"].items() if file_digest(root / name) != digest})
+
+
+def check_history() -> None:
+    """Refuse to judge by commits in a clone without the history (``git clone --depth``): every commit before the
+    clone's would look missing, and every file unknown rather than stale."""
+    if _git("rev-parse", "--is-shallow-repository") == "true":
+        raise RuntimeError("this clone is shallow: results files recorded before their runs recorded the files they "
+                           "used are judged by the commits that changed the code, which a shallow clone does not "
+                           "hold; run `git fetch --unshallow` first")
 
 
 def measured_by(path: Path, script: str) -> list[str]:
@@ -107,6 +137,11 @@ def status(path: Path) -> Status:
     found = records(path)
     if any(r is None or not r.get("commit") for r in found):
         return Status(path, None, None, None, None)
+    changed_now = changed_files(found)
+    if changed_now is not None:
+        return Status(path, sorted(r["commit"] for r in found)[0], found[0]["recorded"],
+                      changed_now[0] if changed_now else None, bool(changed_now))
+    check_history()
     script = script_of(path)
     changed = last_change(measured_by(path, script))
     commits = {r["commit"] for r in found}

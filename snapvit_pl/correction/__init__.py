@@ -2,9 +2,9 @@
 OBS update on removed input columns; FLAP bias compensation."""
 
 from .bias import compensate_bias_and_prune
-from .dense_fit import RidgeFit, fit_to_dense_and_prune
+from .dense_fit import Reconstruction, RidgeFit, fit_to_dense_and_prune
 from .sparsegpt import ColumnCorrector
 from .structured import CorrectionSettings, correct_and_prune
 
-__all__ = ["ColumnCorrector", "compensate_bias_and_prune", "CorrectionSettings", "correct_and_prune", "RidgeFit",
-           "fit_to_dense_and_prune"]
+__all__ = ["ColumnCorrector", "compensate_bias_and_prune", "CorrectionSettings", "correct_and_prune", "Reconstruction",
+           "RidgeFit", "fit_to_dense_and_prune"]

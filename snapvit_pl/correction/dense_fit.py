@@ -171,6 +171,7 @@ def fit_to_dense_and_prune(
     reduce: Optional[Reduce] = None,
     refit: str = "pruned",
     output_weight: float = 0.0,
+    reconstruct: Optional["Reconstruction"] = None,
     progress: ProgressMode | bool = False,
 ) -> nn.Module:
     """Prune ``model`` to ``subnet`` in place, refitting each pruned block's ``attn.proj`` and ``mlp.fc2`` (weight
@@ -190,6 +191,8 @@ def fit_to_dense_and_prune(
             to the last (the blocks that lose nothing absorb drift too).
         output_weight: extra weight of what the output reads (:func:`output_pooling` of the tokens) in the last
             block's fit, as a multiple of all that image's tokens together (0: every token alike).
+        reconstruct: after each block's fit, gradient steps on all of its parameters toward the dense block's
+            output (:class:`Reconstruction`; None: none).
         progress: show progress over blocks (a :class:`snapvit_pl.progress.Progress` mode).
 
     Returns:
@@ -226,7 +229,14 @@ def fit_to_dense_and_prune(
             readout = output_pooling(model) if output_weight > 0 and b == len(model.blocks) - 1 else None
             _refit_block(block, reference, pruned_stream, dense_stream, batches, kwargs,
                          dict(damping=damping, damp_fraction=damp_fraction, reduce=reduce), readout, output_weight)
-            if b < todo[-1]:
+            if reconstruct is not None and reconstruct.steps > 0:
+                for s in batches:
+                    dense_stream[s] = reference(dense_stream[s], **kwargs)  # the block's targets, then the next inputs
+                reconstruct.run(block, pruned_stream, dense_stream, kwargs, seed=b)
+                if b < todo[-1]:
+                    for s in batches:
+                        pruned_stream[s] = block(pruned_stream[s], **kwargs)
+            elif b < todo[-1]:
                 for s in batches:
                     pruned_stream[s] = block(pruned_stream[s], **kwargs)
                     dense_stream[s] = reference(dense_stream[s], **kwargs)
@@ -282,3 +292,72 @@ def _write(layer: nn.Linear, weight: torch.Tensor, bias: Optional[torch.Tensor])
     layer.weight.copy_(weight)
     if bias is not None:
         layer.bias.copy_(bias)
+
+
+class Reconstruction:
+    """Block-wise reconstruction: gradient steps (Adam) on every parameter of one pruned block so that its output on
+    the pruned stream matches the dense block's output, after the block's least-squares fit.
+
+    Label-free and on the calibration images only: ``held_out`` of them (at least one) are kept aside, their error
+    is measured every ``check_every`` steps, and the block keeps the parameters of the lowest held-out error seen
+    (the fit's own, when no step improves on it), so the steps cannot over-fit the images they run on.
+
+    Args:
+        steps: gradient steps per block (0: none).
+        lr: Adam's learning rate.
+        batch_size: images per step.
+        held_out: share of the calibration images kept aside for the held-out error.
+        check_every: steps between two held-out checks.
+    """
+
+    def __init__(self, steps: int, lr: float = 3e-4, batch_size: int = 64, held_out: float = 0.1,
+                 check_every: int = 25):
+        self.steps, self.lr, self.batch_size, self.held_out, self.check_every = steps, lr, batch_size, held_out, \
+            check_every
+        self.log: list[dict[str, float]] = []  # per block: held-out error before and after, steps kept
+
+    def run(self, block: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, kwargs: dict, seed: int = 0) -> None:
+        """Steps ``block`` toward ``targets`` (the dense block's outputs) from ``inputs`` (the pruned stream)."""
+        n = len(inputs)
+        aside = max(1, round(n * self.held_out)) if n > 1 else 0
+        train, check = slice(0, n - aside), slice(n - aside, n)
+        if n - aside < 1:
+            return
+        generator = torch.Generator().manual_seed(seed)
+        params = [p for p in block.parameters()]
+        wanted = [p.requires_grad for p in params]
+        for p in params:
+            p.requires_grad_(True)
+        optimizer = torch.optim.Adam(params, lr=self.lr)
+        best = self._error(block, inputs[check] if aside else inputs[train], targets[check] if aside else targets[train],
+                           kwargs)
+        start, kept, best_state = best, 0, [p.detach().clone() for p in params]
+        try:
+            with torch.enable_grad():
+                for step in range(1, self.steps + 1):
+                    index = torch.randint(0, n - aside, (min(self.batch_size, n - aside),), generator=generator)
+                    index = index.to(inputs.device)
+                    loss = torch.nn.functional.mse_loss(block(inputs[train][index], **kwargs), targets[train][index])
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    if step % self.check_every == 0 or step == self.steps:
+                        error = self._error(block, inputs[check] if aside else inputs[train],
+                                            targets[check] if aside else targets[train], kwargs)
+                        if error < best:
+                            best, kept, best_state = error, step, [p.detach().clone() for p in params]
+        finally:
+            with torch.no_grad():
+                for p, value, flag in zip(params, best_state, wanted):
+                    p.copy_(value)
+                    p.requires_grad_(flag)
+                    p.grad = None
+        self.log.append({"held_out_error_before": start, "held_out_error_after": best, "steps_kept": kept})
+
+    @torch.no_grad()
+    def _error(self, block: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, kwargs: dict) -> float:
+        total = 0.0
+        for i in range(0, len(inputs), self.batch_size):
+            out = block(inputs[i:i + self.batch_size], **kwargs)
+            total += float(torch.nn.functional.mse_loss(out, targets[i:i + self.batch_size], reduction="sum"))
+        return total / targets.numel()

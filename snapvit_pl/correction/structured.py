@@ -22,7 +22,7 @@ from ..models.tokens import block_kwargs, embed_tokens
 from ..models.units import Subnet, prunable_blocks
 from ..errors import ConfigError
 from ..progress import Progress, ProgressMode
-from ..ranges import NonNegativeFloat, PositiveInt, check_fields
+from ..ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields
 from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, ColumnCorrector, Damping
 
 # (unit group, the Linear whose input columns it owns), in the order they are corrected.
@@ -54,6 +54,10 @@ class CorrectionSettings:
             first of them to the last (those that lose nothing absorb the drift too).
         output_weight: ``dense_fit`` only: extra weight of the tokens the output reads (class token, or the mean of
             the patch tokens) in the last block's fit, as a multiple of all of an image's tokens (0: none).
+        reconstruct_steps: ``dense_fit`` only: gradient steps (Adam) per pruned block on all of its parameters
+            toward the dense block's output after the fit (block-wise reconstruction; 0: none), a tenth of the
+            calibration images held out to keep the best step (:class:`snapvit_pl.correction.Reconstruction`).
+        reconstruct_lr: their learning rate.
     """
 
     enabled: Union[bool, Literal["auto"]] = False
@@ -65,6 +69,8 @@ class CorrectionSettings:
     block_size: PositiveInt = BLOCK_SIZE
     refit: Literal["pruned", "following"] = "pruned"
     output_weight: NonNegativeFloat = 0.0
+    reconstruct_steps: NonNegativeInt = 0
+    reconstruct_lr: PositiveFloat = 3e-4
 
     def __post_init__(self) -> None:
         check_fields(self, "correction")

@@ -17,7 +17,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import nn
 
-from ..correction import CorrectionSettings, compensate_bias_and_prune, correct_and_prune, fit_to_dense_and_prune
+from ..correction import (
+    CorrectionSettings, Reconstruction, compensate_bias_and_prune, correct_and_prune, fit_to_dense_and_prune,
+)
 from ..elastic.budget import Budget, CostModel, check_unique_labels
 from ..elastic.ranking import removed_count
 from ..elastic.scores import ElasticScores
@@ -67,11 +69,14 @@ class Correction:
             model = compensate_bias_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size)
             done = {"method": "bias", "num_samples": len(images)}
         elif s.method == "dense_fit":
+            steps = Reconstruction(s.reconstruct_steps, s.reconstruct_lr, s.batch_size) if s.reconstruct_steps else None
             model = fit_to_dense_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size,
                                            damping=s.damping, damp_fraction=s.damp_fraction, refit=s.refit,
-                                           output_weight=s.output_weight)
+                                           output_weight=s.output_weight, reconstruct=steps)
             done = {"method": "dense_fit", "num_samples": len(images), "damping": s.damping,
                     "damp_fraction": s.damp_fraction, "refit": s.refit, "output_weight": s.output_weight}
+            if steps is not None:
+                done["reconstruction"] = {"steps": s.reconstruct_steps, "lr": s.reconstruct_lr, "blocks": steps.log}
         else:
             model = correct_and_prune(copy.deepcopy(base), subnet, images, s)
             done = {"num_samples": len(images), "damping": s.damping, "damp_fraction": s.damp_fraction}

@@ -44,8 +44,9 @@ def test_the_results_files_older_than_their_code_are_listed(capsys):
     for path in results_files():
         s = status(path)
         if s.stale:
-            stale.append(f"{path.relative_to(ROOT)} (recorded {s.commit[:12]} [{s.recorded}], code changed in "
-                         f"{s.changed_in[:12]}{', quoted' if path in quoted else ''})")
+            changed = s.changed_in if "/" in s.changed_in else f"commit {s.changed_in[:12]}"  # a file, or a commit
+            stale.append(f"{path.relative_to(ROOT)} (recorded {s.commit[:12]} [{s.recorded}], changed: {changed}"
+                         f"{', quoted' if path in quoted else ''})")
             if path in quoted and s.recorded == "run":
                 failures.append(str(path.relative_to(ROOT)))
     with capsys.disabled():
@@ -69,6 +70,7 @@ def test_write_results_records_the_run(tmp_path, monkeypatch):
     assert record["commit"] == common._git("rev-parse", "HEAD") and record["recorded"] == "run"
     assert record["config_digest"] == common.config_digest({"seeds": "0,1,2"})
     assert record["config_digest"] != common.config_digest({"seeds": "0"})
+    assert "benchmarks/common.py" in record["files"] and "snapvit_pl/io.py" in record["files"]
     markdown = (tmp_path / "r.md").read_text()
     assert markdown.startswith("# acc 0.1235\n")
     line = markdown.rstrip("\n").splitlines()[-1]
@@ -100,3 +102,53 @@ def test_a_training_log_is_out_of_date_when_its_model_is_not_when_the_code_chang
     assert measured_by(log, "benchmarks/training_log.py") == ["benchmarks/training_log.py",
                                                               "assets/ssl_clutter_vit/model.safetensors"]
     assert "snapvit_pl" in measured_by(ROOT / "benchmarks" / "results" / "gn_cost.json", "benchmarks/gn_cost.py")
+
+
+def test_a_run_records_the_project_files_it_used_and_only_those():
+    """Issue 51: the modules a run imported from the checkout, the development models it named and the configs it
+    opened, each with the digest of its content; a module it did not import is not among them."""
+    import subprocess
+
+    script = ("import json, sys; sys.path.insert(0, '.'); from benchmarks.common import model_overrides, used_files; "
+              "model_overrides('clutter'); open('configs/prune/quick.yaml').read(); print(json.dumps(used_files()))")
+    files = json.loads(subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                                      check=True).stdout)
+    assert {"benchmarks/common.py", "snapvit_pl/correction/dense_fit.py", "configs/prune/quick.yaml",
+            "assets/clutter_vit_fmnist/model.safetensors"} <= set(files)
+    assert "snapvit_pl/deploy/onnx.py" not in files and not any(name.startswith("tests/") for name in files)
+    assert files["benchmarks/common.py"] == common.file_digest(ROOT / "benchmarks" / "common.py")
+    everything = common.used_files(subprocesses=True)  # a run that starts the project in other processes
+    assert "snapvit_pl/deploy/onnx.py" in everything and "configs/prune/demo.yaml" in everything
+
+
+def test_a_file_is_stale_when_a_file_its_run_used_changed_and_not_when_another_did(tmp_path):
+    from benchmarks.provenance import changed_files
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "used.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "other.py").write_text("y = 1\n")
+    record = {"commit": "0" * 40, "files": {"pkg/used.py": common.file_digest(tmp_path / "pkg" / "used.py")}}
+    assert changed_files([record], tmp_path) == []
+    (tmp_path / "pkg" / "other.py").write_text("y = 2\n")  # a module the run did not import
+    assert changed_files([record], tmp_path) == []
+    (tmp_path / "pkg" / "used.py").write_text("x = 2\n")
+    assert changed_files([record], tmp_path) == ["pkg/used.py"]
+    (tmp_path / "pkg" / "used.py").unlink()
+    assert changed_files([record], tmp_path) == ["pkg/used.py"]
+    assert changed_files([{"commit": "0" * 40}], tmp_path) is None  # recorded before: judged by the commits
+
+
+def test_a_markdown_only_results_file_keeps_its_used_files_in_a_comment(tmp_path):
+    common.write_markdown(tmp_path / "r.md", "# table\n", {"seeds": "0"})
+    text = (tmp_path / "r.md").read_text()
+    assert text.startswith("# table\n") and "<!-- files: " in text
+    record = records(tmp_path / "r.md")[0]
+    assert "benchmarks/common.py" in record["files"] and record["recorded"] == "run"
+
+
+def test_a_shallow_clone_is_an_error_of_the_check_not_a_pass(monkeypatch):
+    import benchmarks.provenance as provenance
+
+    monkeypatch.setattr(provenance, "_git", lambda *args: "true" if args[0] == "rev-parse" else None)
+    with pytest.raises(RuntimeError, match="shallow"):
+        provenance.check_history()
