@@ -172,7 +172,16 @@ def used_files(subprocesses: bool = False) -> dict[str, str]:
             files |= {str(p.relative_to(ROOT)) for p in found
                       if "__pycache__" not in p.parts and p.name != "training_log.md"}
     digests = {name: file_digest(ROOT / name) for name in sorted(files)}
-    return {name: digest for name, digest in digests.items() if digest is not None}
+    # A file edited while this process ran may not be what it read: its digest can match nothing.
+    edited = {name for name in digests if digests[name] is not None and (ROOT / name).stat().st_mtime > STARTED}
+    return {name: EDITED_DURING_RUN if name in edited else digest for name, digest in digests.items()
+            if digest is not None}
+
+
+#: When this process started reading the project (benchmarks.common is imported first by every benchmark).
+STARTED = time.time()
+#: The digest recorded for a file that changed while the run was going on (it makes the results file stale).
+EDITED_DURING_RUN = "edited-during-run"
 
 
 def _git(*args: str) -> Optional[str]:

@@ -301,6 +301,24 @@ class DirectoryLock:
             raise storage_error(err, str(self.path)) from err
         return self
 
+    @classmethod
+    def holder(cls, directory: str | os.PathLike) -> Optional[str]:
+        """Who holds the lock of ``directory`` now (``pid N on HOST``), or None when no process does (or the
+        directory has no lock file); takes nothing."""
+        import fcntl
+
+        try:
+            handle = open(Path(directory) / cls.FILE)
+        except OSError:
+            return None
+        with handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return handle.read().strip() or "another process"
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return None
+
     def release(self) -> None:
         """Give the lock up (and remove its file)."""
         if self._file is not None:

@@ -83,13 +83,22 @@ def check_before_imports(argv: list[str]) -> None:
     check_inputs(values)
 
 
-def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1]) -> None:
-    """Refuse a run directory that cannot be one, or (unless ``overwrite``) one that holds what a run would replace: an
-    earlier run's results, an interrupted run's progress (``--resume`` continues it), or files of its own (a folder
-    that is not a run's). The processes a multi-process run starts after the first skip the second part: the first
-    has begun writing there."""
+def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1], locked: bool = False) -> None:
+    """Refuse a run directory that cannot be one, one another run is writing in now, or (unless ``overwrite``) one
+    that holds what a run would replace: an earlier run's results, an interrupted run's progress (``--resume``
+    continues it), or files of its own (a folder that is not a run's). The processes a multi-process run starts after
+    the first skip the second part: the first has begun writing there. ``locked``: this process holds the folder's
+    lock (the check made again under it: a run that finished between the first check and the lock is not replaced)."""
     check_output_dir(out_dir, "--out_dir")
-    if overwrite or not out_dir.is_dir() or not first_process():
+    if not out_dir.is_dir() or not first_process():
+        return
+    from ..io import DirectoryLock
+
+    holder = None if locked else DirectoryLock.holder(out_dir)
+    if holder is not None:  # a run is writing there now: neither an earlier result nor an interrupted run
+        raise ConfigError(f"{out_dir} is in use by another run ({holder}); wait until it ends, or choose another "
+                          "--out_dir")
+    if overwrite:
         return
     inside = not Path(scores_file).is_absolute() and ".." not in Path(scores_file).parts  # (else refused later)
     names = (*RESULT_FILES, scores_file) if inside else RESULT_FILES
@@ -110,22 +119,6 @@ def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILE
         raise ConfigError(f"{out_dir} is not empty ({shown}) and holds no run to continue: a run writes into a new or "
                           "empty directory; choose another --out_dir, or pass --overwrite true to write there (a run's "
                           "files of those names are replaced, other files kept)")
-
-
-def clear_run_dir(out_dir: Path, scores_file: str) -> None:
-    """Remove what a new run in ``out_dir`` replaces (``--overwrite true``): every file and folder a run writes
-    (its results, progress, plots, logs), so that no model, plot or log of the earlier run stays beside the new one's;
-    anything else is left."""
-    from ..pipeline.settings import RUN_DIR_NAMES
-
-    for name in dict.fromkeys((*RUN_DIR_NAMES, scores_file)):
-        path = out_dir / name
-        if name == ".lock" or Path(name).is_absolute() or ".." in Path(name).parts or not os.path.lexists(path):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
 
 
 #: Strategies a pruning run maps to its own DDP (no gradient wrapper): name -> the process start method.
@@ -457,6 +450,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
         check_before_imports(argv)  # option names, paths: before torch is imported and any weights are loaded
         from ..pipeline.resume import load_resume_state
+        from ..pipeline.rundir import clear_run_dir
         from ..lightning.strategy import close_process_group
 
         cli = prune_cli(argv, resume_dir=resume_dir)
@@ -469,8 +463,12 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         if main_process:  # one run at a time in a directory; the lock goes with this process
             out_dir.mkdir(parents=True, exist_ok=True)
             writing_to(out_dir)
-            run["out_dir"], run["created"] = out_dir, created
+            # the folder becomes this run's (cleanup may then remove what it wrote) only once it holds the lock: a run
+            # refused because another holds it leaves the folder and everything in it to that run
             run["lock"] = DirectoryLock(out_dir).acquire()
+            if resume_dir is None:  # again, under the lock: another run may have finished there since the first check
+                check_run_dir(out_dir, cli.config.overwrite, cli.config.export.scores_file, locked=True)
+            run["out_dir"], run["created"] = out_dir, created
             if resume_dir is None and not created and cli.config.overwrite:  # what the earlier run wrote goes
                 clear_run_dir(out_dir, cli.config.export.scores_file)
             # what was there before: a refused run removes only what it wrote (all of it, in a directory it created)

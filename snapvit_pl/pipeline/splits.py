@@ -83,10 +83,26 @@ def split_candidates(center: float, count: int, step: float, max_head: float) ->
     return sorted(values)
 
 
-def split_points(budgets: Sequence[Budget], cost: CostModel, grid: float) -> list[tuple[str, str, float, bool]]:
+#: The grid's deepest point lies this far (a fraction of the dense cost) above the deepest cut the keep ratios allow.
+DEEP_END_MARGIN = 0.01
+
+
+def deepest_keep(heads: Sequence[torch.Tensor], neurons: Sequence[torch.Tensor], cost: CostModel,
+                 min_mlp_keep: float, min_head_keep: float, mlp_multiple: int = 1) -> dict[str, float]:
+    """The smallest kept fraction of the dense params and FLOPs the keep ratios allow (every unit they do not
+    protect removed)."""
+    budget = Budget(mlp_ratio=max_prune_ratio(neurons, min_mlp_keep), head_ratio=max_prune_ratio(heads, min_head_keep))
+    subnet = resolve(budget, heads, neurons, cost, min_mlp_keep, min_head_keep, mlp_multiple)[0]
+    return {"params": cost.params(subnet) / cost.dense_params, "flops": cost.flops(subnet) / cost.dense_flops}
+
+
+def split_points(budgets: Sequence[Budget], cost: CostModel, grid: float,
+                 deepest: Optional[dict[str, float]] = None) -> list[tuple[str, str, float, bool]]:
     """``(label, metric, keep, requested)`` of every budget to split: the cost budgets asked for (latency budgets
     and ratio pairs excluded), then a grid of kept params and FLOPs fractions ``1 - grid, 1 - 2 grid, ...``
-    (``grid`` 0: none); each point once."""
+    (``grid`` 0: none) and, with ``deepest`` (:func:`deepest_keep`), a point :data:`DEEP_END_MARGIN` above the
+    deepest cut of each metric, so that a budget cut later between the last grid point and that cut is interpolated
+    rather than given the last grid point's split; each point once."""
     points: list[tuple[str, str, float, bool]] = []
 
     def add(label: str, metric: str, keep: float, requested: bool) -> None:
@@ -101,6 +117,10 @@ def split_points(budgets: Sequence[Budget], cost: CostModel, grid: float) -> lis
         for i in range(1, int(round(1 / grid))):
             keep = round(1 - i * grid, 6)
             for metric in ("params", "flops"):
+                add(f"{metric}{keep:g}", metric, keep, False)
+        for metric, floor in (deepest or {}).items():
+            keep = round(floor + DEEP_END_MARGIN, 4)
+            if keep < 1 - grid:
                 add(f"{metric}{keep:g}", metric, keep, False)
     return points
 
@@ -231,7 +251,8 @@ def choose_splits(
     max_head = max_prune_ratio(heads, scores.min_head_keep)
     keep_args = (scores.min_mlp_keep, scores.min_head_keep, export.mlp_multiple)
     points: list[_Point] = []
-    for index, (label, metric, keep, requested) in enumerate(split_points(budgets, cost, export.split_grid)):
+    deepest = deepest_keep(heads, neurons, cost, *keep_args)
+    for index, (label, metric, keep, requested) in enumerate(split_points(budgets, cost, export.split_grid, deepest)):
         budget = Budget(params=keep) if metric == "params" else Budget(flops=keep)
         try:
             _, _, schedule_h = resolve(budget, heads, neurons, cost, *keep_args)
@@ -319,7 +340,8 @@ def exhaustive_splits(fitness: EmbeddingFitness, scores: ElasticScores, budgets:
     keep_args = (scores.min_mlp_keep, scores.min_head_keep, export.mlp_multiple)
     everything = torch.arange(fitness.images.shape[0])
     chosen = {}
-    for label, metric, keep, requested in split_points(budgets, cost, export.split_grid):
+    deepest = deepest_keep(heads, neurons, cost, *keep_args)
+    for label, metric, keep, requested in split_points(budgets, cost, export.split_grid, deepest):
         budget = Budget(params=keep) if metric == "params" else Budget(flops=keep)
         try:
             schedule_h = resolve(budget, heads, neurons, cost, *keep_args)[2]

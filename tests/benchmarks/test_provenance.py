@@ -136,6 +136,13 @@ def test_a_file_is_stale_when_a_file_its_run_used_changed_and_not_when_another_d
     (tmp_path / "pkg" / "used.py").unlink()
     assert changed_files([record], tmp_path) == ["pkg/used.py"]
     assert changed_files([{"commit": "0" * 40}], tmp_path) is None  # recorded before: judged by the commits
+    (tmp_path / "pkg" / "used.py").write_text("x = 1\n")
+    assert changed_files([{**record, "files": {"pkg/used.py": common.EDITED_DURING_RUN}}], tmp_path) == ["pkg/used.py"]
+
+
+def test_a_file_edited_while_the_run_went_on_is_recorded_as_such(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "STARTED", 0.0)  # every file was edited after this "start"
+    assert set(common.used_files().values()) == {common.EDITED_DURING_RUN}
 
 
 def test_a_markdown_only_results_file_keeps_its_used_files_in_a_comment(tmp_path):

@@ -68,6 +68,30 @@ def test_a_budget_between_grid_points_takes_the_interpolated_split(setup):
     assert head_ratio == pytest.approx((h_lo + h_hi) / 2) and cost.flops(subnet) <= middle * cost.dense_flops
 
 
+def test_the_grid_reaches_the_deepest_cut_so_a_later_deep_budget_is_interpolated_not_extrapolated(setup):
+    """Issue 55: below the grid's last point (0.2, say) and above the deepest cut the keep ratios allow (0.17), a
+    budget cut later took the last grid point's split; the grid now ends a point just above the deepest cut."""
+    from snapvit_pl.pipeline.splits import DEEP_END_MARGIN, deepest_keep
+
+    model, images, scores = setup
+    cost = CostModel(model)
+    heads, neurons = scores.unified()
+    deepest = deepest_keep(heads, neurons, cost, scores.min_mlp_keep, scores.min_head_keep)
+    assert 0 < deepest["params"] < 0.5 and 0 < deepest["flops"] < 0.5
+    points = split_points([], cost, 0.25, deepest)
+    assert points[-2:] == [(f"params{round(deepest['params'] + DEEP_END_MARGIN, 4):g}", "params",
+                            round(deepest["params"] + DEEP_END_MARGIN, 4), False),
+                           (f"flops{round(deepest['flops'] + DEEP_END_MARGIN, 4):g}", "flops",
+                            round(deepest["flops"] + DEEP_END_MARGIN, 4), False)]
+    choices = choose_splits(model, images, scores, [], SEARCH, ExportSettings(split_candidates=5, split_grid=0.25))
+    table = split_table(choices)
+    (deep, h_deep), (last, h_last) = table.points["params"][:2]
+    assert deep == pytest.approx(round(deepest["params"] + DEEP_END_MARGIN, 4)) and last > deep
+    between = (deep + last) / 2
+    expected = h_deep + (h_last - h_deep) * (between - deep) / (last - deep)
+    assert table.head_ratio("params", between) == pytest.approx(expected)
+
+
 def _pipeline(model, images, tmp_path, export):
     settings = PipelineSettings(importance=ImportanceSettings(Magnitude()), search=SearchSettings(
         max_evaluations=0, num_images=16, pca_components=8, batch_size=8), export=export)
