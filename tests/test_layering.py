@@ -2,7 +2,7 @@
 
     errors       errors
     ranges       ranges
-    foundations  seeding, io, device, progress
+    foundations  seeding, io, device, progress, runfolder
     models       models, data
     algorithms   elastic, scoring, correction, eval
     search       search
@@ -20,6 +20,7 @@ LAYERS = [
     ("errors", "version"),
     ("ranges",),
     ("seeding", "io", "device", "progress"),
+    ("runfolder",),
     ("models", "data"),
     ("elastic", "scoring", "correction", "eval"),
     ("search",),

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from ..errors import ConfigError
 from ..progress import MODES
+from ..runfolder import RESULT_FILES, FolderHints, check_run_folder
 from ..seeding import SEED_RANGE
 from .common import (
     layer_config_option,
@@ -22,10 +23,6 @@ from .common import (
     program, quiet_lightning, run_command, tensorboard_logger, writing_to,
 )
 
-RESULT_FILES = ("report.json", "elastic_scores.safetensors", "models")
-#: What an interrupted run leaves to continue from (``snapvit_pl.pipeline.resume.RESUME_FILE``, named here without
-#: importing torch).
-PROGRESS_FILE = "resume_state.pt"
 #: What to lower when a run runs out of memory.
 BATCH_OPTIONS = ("--data.init_args.batch_size", "--search.batch_size", "--evaluation.batch_size", "--correction.batch_size")
 #: Settings a resumed run may change: they change how the run reports, not what it computes.
@@ -83,42 +80,18 @@ def check_before_imports(argv: list[str]) -> None:
     check_inputs(values)
 
 
-def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1], locked: bool = False) -> None:
-    """Refuse a run directory that cannot be one, one another run is writing in now, or (unless ``overwrite``) one
-    that holds what a run would replace: an earlier run's results, an interrupted run's progress (``--resume``
-    continues it), or files of its own (a folder that is not a run's). The processes a multi-process run starts after
-    the first skip the second part: the first has begun writing there. ``locked``: this process holds the folder's
-    lock (the check made again under it: a run that finished between the first check and the lock is not replaced)."""
+def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1]) -> None:
+    """Refuse a run directory that cannot be one, or one :func:`snapvit_pl.runfolder.check_run_folder` refuses (in use,
+    or holding what a run would replace, unless ``overwrite``). The processes a multi-process run starts after the
+    first skip the second part: the first has begun writing there."""
     check_output_dir(out_dir, "--out_dir")
-    if not out_dir.is_dir() or not first_process():
-        return
-    from ..io import DirectoryLock
+    if first_process():
+        check_run_folder(out_dir, overwrite, scores_file, hints=cli_hints())
 
-    holder = None if locked else DirectoryLock.holder(out_dir)
-    if holder is not None:  # a run is writing there now: neither an earlier result nor an interrupted run
-        raise ConfigError(f"{out_dir} is in use by another run ({holder}); wait until it ends, or choose another "
-                          "--out_dir")
-    if overwrite:
-        return
-    inside = not Path(scores_file).is_absolute() and ".." not in Path(scores_file).parts  # (else refused later)
-    names = (*RESULT_FILES, scores_file) if inside else RESULT_FILES
-    existing = [name for name in dict.fromkeys(names) if (out_dir / name).exists()]
-    interrupted = (out_dir / PROGRESS_FILE).exists() and not (out_dir / RESULT_FILES[0]).exists()
-    if existing and not interrupted:
-        raise ConfigError(
-            f"{out_dir} already holds results ({', '.join(existing)}); pass --overwrite true to replace them "
-            "or choose another --out_dir"
-        )
-    if interrupted:
-        raise ConfigError(f"{out_dir} holds an interrupted run ({PROGRESS_FILE}); continue it with {program('prune')} "
-                          f"--resume {out_dir}, or pass --overwrite true to start again there, or choose another "
-                          "--out_dir")
-    other = sorted(p.name for p in out_dir.iterdir() if p.name != ".lock")
-    if other:
-        shown = ", ".join(other[:4]) + (" ..." if len(other) > 4 else "")
-        raise ConfigError(f"{out_dir} is not empty ({shown}) and holds no run to continue: a run writes into a new or "
-                          "empty directory; choose another --out_dir, or pass --overwrite true to write there (a run's "
-                          "files of those names are replaced, other files kept)")
+
+def cli_hints() -> FolderHints:
+    """How ``prune.py``'s refusals name the ways out of a run folder it cannot use."""
+    return FolderHints("--out_dir", "pass --overwrite true", f"{program('prune')} --resume {{folder}}")
 
 
 #: Strategies a pruning run maps to its own DDP (no gradient wrapper): name -> the process start method.
@@ -432,7 +405,7 @@ def _raise_interrupted(signum: int, frame: object) -> None:
 
 def prune_main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``prune.py``; returns the exit status."""
-    from ..io import DirectoryLock, write_text_atomic
+    from ..io import write_text_atomic
 
     run: dict[str, Any] = {}
 
@@ -450,7 +423,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
         check_before_imports(argv)  # option names, paths: before torch is imported and any weights are loaded
         from ..pipeline.resume import load_resume_state
-        from ..pipeline.rundir import clear_run_dir
+        from ..pipeline.rundir import RunFolder
         from ..lightning.strategy import close_process_group
 
         cli = prune_cli(argv, resume_dir=resume_dir)
@@ -459,20 +432,16 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         pipeline.record_inputs(cli.datamodule)  # what it reads of the data: saved below, or compared by a resume
         out_dir = Path(cli.config.out_dir)
         main_process = cli.trainer.global_rank == 0  # the other DDP processes (and nodes) write nothing
-        created = main_process and not out_dir.exists()
         if main_process:  # one run at a time in a directory; the lock goes with this process
-            out_dir.mkdir(parents=True, exist_ok=True)
             writing_to(out_dir)
             # the folder becomes this run's (cleanup may then remove what it wrote) only once it holds the lock: a run
             # refused because another holds it leaves the folder and everything in it to that run
-            run["lock"] = DirectoryLock(out_dir).acquire()
-            if resume_dir is None:  # again, under the lock: another run may have finished there since the first check
-                check_run_dir(out_dir, cli.config.overwrite, cli.config.export.scores_file, locked=True)
-            run["out_dir"], run["created"] = out_dir, created
-            if resume_dir is None and not created and cli.config.overwrite:  # what the earlier run wrote goes
-                clear_run_dir(out_dir, cli.config.export.scores_file)
+            run["folder"] = RunFolder(out_dir, cli.config.overwrite, cli.config.export.scores_file,
+                                      resume=resume_dir is not None, hints=cli_hints()).open()
+            cli.model.use_run_folder(run["folder"])  # held here: the module does not take it again
+            run["out_dir"], run["created"] = out_dir, run["folder"].created
             # what was there before: a refused run removes only what it wrote (all of it, in a directory it created)
-            run["before"] = set() if created else {p.name for p in out_dir.iterdir()} - {".lock"}
+            run["before"] = set() if run["created"] else {p.name for p in out_dir.iterdir()} - {".lock"}
         if resume_dir is not None:
             pipeline.load_state_dict(load_resume_state(resume_dir))
         elif main_process:
@@ -484,12 +453,12 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         previous = signal.signal(signal.SIGTERM, _raise_interrupted)  # restored below: a caller's handler stays its own
         try:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-            if "lock" in run:
-                run.pop("lock").release()
+            if "folder" in run:
+                run.pop("folder").close()
             close_process_group()  # the ranks finish together
         except (KeyboardInterrupt, SystemExit) as err:
-            if "lock" in run:
-                run.pop("lock").release()
+            if "folder" in run:
+                run.pop("folder").close()
             if isinstance(err, SystemExit) and err.code in (0, None):
                 raise
             from ..pipeline.resume import RESUME_FILE
@@ -505,9 +474,9 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     def cleanup() -> None:  # a run that failed on bad input leaves nothing behind; one that made progress, a resume
-        locked = "lock" in run  # (not when another run holds the directory)
+        locked = "folder" in run  # (not when another run holds the directory)
         if locked:
-            run.pop("lock").release()
+            run.pop("folder").close()
         if "out_dir" not in run:
             return
         from ..pipeline.resume import has_progress
@@ -528,7 +497,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
     try:
         return run_command(body, argv, program("prune"), cleanup, batch_options=BATCH_OPTIONS)
     finally:
-        if "lock" in run:  # however the run ended (a bug's traceback included), no lock stays behind
-            run.pop("lock").release()
+        if "folder" in run:  # however the run ended (a bug's traceback included), no lock stays behind
+            run.pop("folder").close()
         if chose_run_dir:  # the next run in this process chooses its own
             os.environ.pop(RUN_DIR_ENV, None)

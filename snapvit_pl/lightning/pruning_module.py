@@ -34,6 +34,8 @@ from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
 from ..models.loading import BackboneSpec, load_backbone
 from ..pipeline.driver import Pipeline
+from ..pipeline.rundir import RunFolder
+from ..runfolder import FolderHints
 from ..pipeline.settings import PipelineSettings
 from ..progress import ProgressMode
 from ..ranges import Seed
@@ -82,6 +84,8 @@ class PruningModule(pl.LightningModule):
         self.backbone = load_backbone(self.spec)
         self.backbone.requires_grad_(False)
         self._pipeline: Optional[Pipeline] = None
+        self._run_folder: Optional[RunFolder] = None
+        self._opened_folder = False  # this module took the run folder (in setup), so it gives it back (teardown)
 
     @property
     def pipeline(self) -> Pipeline:
@@ -92,14 +96,24 @@ class PruningModule(pl.LightningModule):
         return self._pipeline
 
     def configure_pipeline(self, settings: Optional[PipelineSettings] = None, run_dir: Optional[str | Path] = None,
-                           progress: ProgressMode | bool = "auto", seg_data: Any = None) -> Pipeline:
+                           progress: ProgressMode | bool = "auto", seg_data: Any = None,
+                           overwrite: bool = False) -> Pipeline:
         """The pipeline the stage callbacks drive (over this module's backbone; ``settings``: every stage's,
         default :class:`PipelineSettings`; ``run_dir``: where the scores, models and report are written, None:
         nothing is written; ``seg_data``: the segmentation DataModule of the ``seg`` metric); returns it. Call it
-        before ``trainer.fit``."""
+        before ``trainer.fit``. The run folder is held as ``prune.py`` holds it (:class:`RunFolder`, from ``setup`` to
+        ``teardown``): a folder in use by another run, or holding an earlier run's results, is refused unless
+        ``overwrite`` (then only what that run wrote is removed)."""
         self._pipeline = Pipeline(self.backbone, settings, spec=self.spec, seg_datamodule=seg_data, run_dir=run_dir,
                                   progress=progress)
+        self._run_folder = None if run_dir is None else RunFolder(
+            run_dir, overwrite, self._pipeline.settings.export.scores_file,
+            hints=FolderHints("run_dir", "pass overwrite=True to configure_pipeline"))
         return self._pipeline
+
+    def use_run_folder(self, folder: RunFolder) -> None:
+        """The run folder its caller holds already (``prune.py``): this module neither takes nor gives it back."""
+        self._run_folder = folder
 
     @property
     def scores(self) -> ElasticScores:
@@ -117,6 +131,15 @@ class PruningModule(pl.LightningModule):
         check_trainer(trainer)
         self.pipeline.use_stages(c.stage for c in trainer.callbacks if isinstance(c, StageCallback))
         bind_trainer(self.pipeline, trainer)
+        folder = self._run_folder
+        if folder is not None and not folder.held and trainer.global_rank == 0:
+            folder.open()  # refused here, before any epoch, when the folder is not this run's to write in
+            self._opened_folder = True
+
+    def teardown(self, stage: str) -> None:
+        if self._opened_folder and self._run_folder is not None:
+            self._run_folder.close()
+            self._opened_folder = False
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.backbone(images)

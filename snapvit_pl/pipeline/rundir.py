@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Optional
 
+from ..io import DirectoryLock
 from ..models.checkpoint import is_checkpoint_dir
+from ..runfolder import RESULT_FILES, FolderHints, check_run_folder
 from .plots import FIGURES
 from .settings import RUN_DIR_NAMES
 
@@ -52,3 +55,72 @@ def clear_run_dir(out_dir: Path, scores_file: str) -> None:
         folder = out_dir / name
         if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
             folder.rmdir()
+
+
+class RunFolder:
+    """A pruning run's folder, held while the run writes in it: created, locked (one run at a time, whatever the
+    timing), refused when it holds another run's results, an interrupted run or files of the user's (unless
+    ``overwrite``: then what the earlier run wrote is removed first, and nothing else), released on every exit path.
+    ``prune.py`` and a hand-composed Trainer (:class:`snapvit_pl.lightning.PruningModule`) hold their folders
+    through it.
+
+    Args:
+        path: the folder.
+        overwrite: replace an earlier run there.
+        scores_file: the elastic scores' file name in it.
+        resume: the run continues the interrupted run of this folder (nothing is checked or removed).
+        hints: how refusals name the ways out (the caller's options).
+
+    Example::
+
+        with RunFolder("runs/prune/mine", overwrite=True) as folder:
+            ...  # write the run's files into folder.path
+    """
+
+    def __init__(self, path: str | Path, overwrite: bool = False, scores_file: str = RESULT_FILES[1],
+                 resume: bool = False, hints: FolderHints = FolderHints()):
+        self.path, self.overwrite, self.scores_file, self.resume, self.hints = \
+            Path(path), overwrite, scores_file, resume, hints
+        self.created = False
+        self._lock: Optional[DirectoryLock] = None
+
+    def check(self) -> None:
+        """Refuse now what :meth:`open` would refuse (nothing is created or taken)."""
+        if not self.resume:
+            check_run_folder(self.path, self.overwrite, self.scores_file, hints=self.hints)
+
+    def open(self) -> "RunFolder":
+        """Create the folder, take its lock, check it again under the lock (another run may have finished there since
+        :meth:`check`) and, with ``overwrite``, remove what an earlier run wrote; returns ``self``.
+
+        Raises:
+            ConfigError: the folder is in use, or holds what this run may not replace (the lock is given back).
+        """
+        self.created = not self.path.exists()
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = DirectoryLock(self.path, self.hints.folder).acquire()
+        try:
+            if not self.resume:
+                check_run_folder(self.path, self.overwrite, self.scores_file, locked=True, hints=self.hints)
+                if self.overwrite and not self.created:
+                    clear_run_dir(self.path, self.scores_file)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    @property
+    def held(self) -> bool:
+        return self._lock is not None
+
+    def close(self) -> None:
+        """Give the folder up (its lock); what was written stays."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "RunFolder":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -48,7 +48,8 @@ class ScoresReader(pl.Callback):
                 "params": sum(p.numel() for p in small.parameters())}))
 
 
-def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, reader: bool = False) -> PruningModule:
+def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, reader: bool = False,
+            overwrite: bool = False) -> PruningModule:
     """Build and fit the composed run; returns the module (its pipeline holds what each stage made)."""
     pl.seed_everything(0)
     module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
@@ -56,7 +57,7 @@ def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, read
         search=SearchSettings(max_evaluations=0, num_images=IMAGES, batch_size=32, pca_components=8),
         export=ExportSettings(budgets=[{"flops": 0.6}], split_grid=0, split_candidates=3),
         evaluation=EvaluationSettings(metrics=[]), report=ReportSettings(print_table=False, plots=False)),
-        run_dir=out_dir, progress="off")
+        run_dir=out_dir, progress="off", overwrite=overwrite)
     data = ClassificationDataModule(source="fashion_mnist", max_samples=IMAGES, batch_size=16, seed=0)
     callbacks: list[Any] = [c() for c in STAGE_CALLBACKS if c.__name__ != without]
     if reader:

@@ -99,3 +99,18 @@ def test_trainer_settings_no_stage_can_honour_are_one_error(options, message):
     module.trainer = trainer
     with pytest.raises(ConfigError, match=message):
         module.setup("fit")
+
+
+def test_a_composed_run_into_a_finished_runs_folder_is_refused_before_any_epoch_unless_it_may_overwrite(tmp_path):
+    """Issue 53: a second composed run into a finished run's folder left the first run's model beside its own
+    (prune.py refused that folder); now the module holds its folder as prune.py does."""
+    from snapvit_pl.errors import ConfigError
+
+    compose(tmp_path)
+    (tmp_path / "models" / "README.md").write_text("mine")
+    first = sorted(p.name for p in (tmp_path / "models").iterdir())
+    with pytest.raises(ConfigError, match="already holds results.*overwrite=True"):
+        compose(tmp_path)
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == first and not (tmp_path / ".lock").exists()
+    compose(tmp_path, overwrite=True)
+    assert (tmp_path / "models" / "README.md").read_text() == "mine" and not (tmp_path / ".lock").exists()
