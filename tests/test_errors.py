@@ -108,3 +108,37 @@ def test_an_io_error_that_names_no_file_is_reported_in_the_folder_the_command_wr
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"error: cannot write a file in {tmp_path / 'out'}: No space left") and \
         f"free in {tmp_path}" in line, line
+
+
+def test_issue_52_settings_bounded_by_the_model_and_labels_that_never_round_a_change_away(tmp_path):
+    """A budget label never rounds a change away (flops 0.9999999 is not the dense model's flops1); a relative
+    weights file is recorded as the file it names; a dangling symbolic link as the output folder is named as such;
+    more greedy stages than removable units are refused naming the count."""
+    import os
+
+    from snapvit_pl.cli.common import check_output_dir
+    from snapvit_pl.elastic import Budget
+    from snapvit_pl.errors import ConfigError
+    from snapvit_pl.models import BackboneSpec
+
+    assert Budget(flops=0.9999999).label() == "flops0.9999999" and Budget(flops=0.5).label() == "flops0.5"
+    assert Budget(sparsity=0.3).label() == "sparsity0.3" and Budget(flops=1.0).label() == "flops1"
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        spec = BackboneSpec("vit_tiny_patch16_224", False, "weights/model.safetensors")
+    finally:
+        os.chdir(here)
+    assert spec.checkpoint_path == str(tmp_path / "weights" / "model.safetensors")
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    with pytest.raises(ConfigError, match="symbolic link to .*gone, which does not exist"):
+        check_output_dir(tmp_path / "link", "--out_dir")
+
+    from families import FAMILIES
+
+    from snapvit_pl.models import load_backbone
+    from snapvit_pl.scoring import GaussNewtonGreedy
+
+    model = load_backbone(FAMILIES["dino_vit"])
+    with pytest.raises(ConfigError, match=r"stages=1000000\): this model has \d+ units .* lower stages"):
+        GaussNewtonGreedy(stages=1000000).accumulator(model)

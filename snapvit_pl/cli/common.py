@@ -736,6 +736,9 @@ def check_output_dir(path: str | Path, option: str) -> Path:
     """Refuse, before anything is written, an output directory that cannot be one: a file, under a file, or not
     writable (nor its nearest existing ancestor)."""
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; create "
+                          "that directory, or choose another path")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{option} {path} is a file, not a directory; choose a directory path")
     if path.is_dir():

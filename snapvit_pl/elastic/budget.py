@@ -135,13 +135,21 @@ class Budget:
         """A short name (the folder of its model), e.g. ``mlp0.35_head0.20``, ``flops0.5`` or ``params1.89M``."""
         if self.mlp_ratio is not None or self.head_ratio is not None:
             return f"mlp{self.mlp_ratio or 0:.2f}_head{self.head_ratio or 0:.2f}"
-        return "_".join(f"{k}{_count(v) if k in ('params', 'flops') and v > 1 else f'{v:g}'}"
+        # a fraction to 10 digits (0.9999999 stays itself: ``:g`` made it flops1, the dense model's name)
+        return "_".join(f"{k}{_count(v) if k in ('params', 'flops') and v > 1 else _exact(v)}"
                         for k in COST_KINDS if (v := getattr(self, k)) is not None)
 
     @property
     def is_cost(self) -> bool:
         """A cost target (sparsity, params, FLOPs, latency) rather than a ratio pair."""
         return any(getattr(self, k) is not None for k in COST_KINDS)
+
+
+def _exact(value: float) -> str:
+    """``value`` to 10 significant digits (``0.5``, ``0.9999999``): a difference a budget can make to a model (one
+    unit of a billion parameters) changes its label; closer values share one, and two budgets of one label are
+    refused (:func:`check_unique_labels`)."""
+    return f"{value:.10g}"
 
 
 def _count(value: float) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import os
 import pickle
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,12 @@ class BackboneSpec:
     checkpoint_path: Optional[str] = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: Optional[Seed] = None
+
+    def __post_init__(self) -> None:
+        # a relative weights file is recorded as the file it names now: extract, evaluate and train rebuild the model
+        # from any working directory
+        if self.checkpoint_path is not None and str(self.checkpoint_path) and not os.path.isabs(self.checkpoint_path):
+            self.checkpoint_path = os.path.abspath(self.checkpoint_path)
 
     @property
     def random_weights(self) -> bool:

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..device import Precision, autocast_context
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import iter_slots, min_kept
@@ -142,6 +142,10 @@ class GaussNewtonGreedy(SummedStatistics):
                 for _, kind, g in self._groups]
         self._removable = torch.tensor([n - k for n, k in zip(counts, keep)])
         self._count = int(self._removable.sum())
+        if self.stages > max(self._count, 1):  # each stage re-linearises after a share of the removable units
+            raise ConfigError(f"{self.name}(stages={self.stages}): this model has {self._count} units the keep ratios let "
+                              f"it remove, so at most {max(self._count, 1)} stages (each one pass over the pruning "
+                              "images; 1 to 3 is what was measured, docs/method.md); lower stages")
         self._per_step = max(1, math.ceil(self._count / self.max_steps))
         self._left = self._removable.clone()
         self._alive = torch.ones(sum(counts), dtype=torch.bool)
