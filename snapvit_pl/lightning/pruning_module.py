@@ -129,7 +129,12 @@ class PruningModule(pl.LightningModule):
     def setup(self, stage: str) -> None:
         trainer = self.trainer
         check_trainer(trainer)
-        self.pipeline.use_stages(c.stage for c in trainer.callbacks if isinstance(c, StageCallback))
+        stages = {c.stage for c in trainer.callbacks if isinstance(c, StageCallback)}
+        if "importance" not in stages and not self.pipeline.completed("importance"):
+            # (else the Trainer runs its epochs over the data for nothing, and the next stage finds no scores)
+            raise ConfigError("the Trainer has no ImportanceCallback: nothing would score the units; add it (all the "
+                              "stages: callbacks=[c() for c in snapvit_pl.callbacks.STAGE_CALLBACKS])")
+        self.pipeline.use_stages(stages)
         bind_trainer(self.pipeline, trainer)
         folder = self._run_folder
         if folder is not None and not folder.held and trainer.global_rank == 0:

@@ -133,6 +133,12 @@ class GaussNewtonGreedy(SummedStatistics):
         self._acc_dtype = torch.promote_types(self._dtype, torch.float32)
         self.resolved = resolve_gram(self.gram, sizes, self._device, self._acc_dtype)
         form = self.resolved[0]
+        if form == "lowrank" and self.rank > sum(sizes):
+            # the sketch holds units x rank numbers: a rank above the units costs that memory and adds nothing (the
+            # full Gram is rank sum(sizes) at most)
+            raise ConfigError(f"{self.name}(rank={self.rank}): this model has {sum(sizes)} units, so a Nystrom rank "
+                              f"above {sum(sizes)} adds nothing but memory ({sum(sizes) * self.rank * 4 / 2**30:.1f} "
+                              "GiB for its sketch); lower rank, or use gram: full")
         self._gram = LowRankGram(sizes, self.rank, self.seed) if form == "lowrank" else BlockRowGram(sizes, form == "full")
         self._gram.maps(self._device)  # the index maps the order and the per-batch log read, built once
         # the units in the Gram's order (block by block: heads, then neurons): group, parameters, what each may lose

@@ -114,3 +114,12 @@ def test_a_composed_run_into_a_finished_runs_folder_is_refused_before_any_epoch_
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == first and not (tmp_path / ".lock").exists()
     compose(tmp_path, overwrite=True)
     assert (tmp_path / "models" / "README.md").read_text() == "mine" and not (tmp_path / ".lock").exists()
+
+
+def test_without_the_importance_callback_the_run_is_refused_at_setup_before_any_epoch(tmp_path):
+    """Issue 53: the Trainer ran its 1000 default epochs over the data for nothing before a traceback."""
+    from snapvit_pl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no ImportanceCallback.*STAGE_CALLBACKS"):
+        compose(tmp_path, without="ImportanceCallback")
+    assert not (tmp_path / ".lock").exists()
