@@ -98,14 +98,19 @@ class RunFolder:
         """
         self.created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = DirectoryLock(self.path, self.hints.folder).acquire()
         try:
+            self._lock = DirectoryLock(self.path, self.hints.folder).acquire()
             if not self.resume:
                 check_run_folder(self.path, self.overwrite, self.scores_file, locked=True, hints=self.hints)
                 if self.overwrite and not self.created:
                     clear_run_dir(self.path, self.scores_file)
         except BaseException:
             self.close()
+            if self.created:  # a folder this call made stays only if another run uses it (its lock file is in it)
+                try:
+                    self.path.rmdir()
+                except OSError:
+                    pass
             raise
         return self
 
