@@ -511,7 +511,8 @@ class Pipeline:
         mine = [item for item, r in zip(resolved, owner) if r == self.dist.rank]
         correction = None
         corrected = s.correction.active(self.device)
-        self.state.correction = correction_record(s.correction, corrected, self.device)
+        self.state.correction = correction_record(s.correction, corrected, self.device,
+                                                  bool(getattr(s.importance.scorer, "correction_aware", False)))
         if corrected and mine:
             correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
         data = self.inputs.evaluation_data(settings) if mine or (dense_job and owner[-1] == self.dist.rank) else None

@@ -42,15 +42,22 @@ CORRECTION_HINT = ("the pruned models are not corrected: --correction.enabled tr
                    "costs the most accuracy (the documentation site, page 'The method', section 4)")
 
 
-def correction_record(settings: CorrectionSettings, applied: bool, device: torch.device | str) -> dict[str, Any]:
+#: The hint when the scores were ranked for corrected models (``GaussNewtonGreedy(correction_aware=True)``).
+CORRECTION_AWARE_HINT = ("the scores were ranked for corrected models (the scorer's correction_aware: true) but the "
+                         "pruned models are not corrected: --correction.enabled true corrects each one, or rank "
+                         "without correction_aware")
+
+
+def correction_record(settings: CorrectionSettings, applied: bool, device: torch.device | str,
+                      ranked_for_correction: bool = False) -> dict[str, Any]:
     """What a run did about the weight correction, for its report: the setting, whether it ran, and how to turn it
-    on when it did not."""
+    on when it did not (``ranked_for_correction``: the scores assume corrected models, which the hint then says)."""
     record: dict[str, Any] = {"enabled": settings.enabled, "applied": applied, "method": settings.method,
                               "device": str(device)}
     if applied:
         record["num_samples"] = settings.num_samples
     else:
-        record["hint"] = CORRECTION_HINT
+        record["hint"] = CORRECTION_AWARE_HINT if ranked_for_correction else CORRECTION_HINT
     return record
 
 

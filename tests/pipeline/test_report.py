@@ -86,6 +86,10 @@ def test_a_run_without_correction_says_how_to_turn_it_on_in_the_report_and_on_th
     report = write_report(state, tmp_path, print_table=True, plots=False)
     assert "hint" not in report["correction"] and "note:" not in capsys.readouterr().out
     assert "- weight correction: `sparsegpt`, 64 calibration images" in (tmp_path / "report.md").read_text()
+    # scores ranked for corrected models (GaussNewtonGreedy(correction_aware=True)), models not corrected: said so
+    state.correction = correction_record(CorrectionSettings(), False, "cpu", ranked_for_correction=True)
+    write_report(state, tmp_path, print_table=True, plots=False)
+    assert "note: the scores were ranked for corrected models" in capsys.readouterr().out
 
 
 def test_the_report_shows_what_each_model_removes_and_keeps_the_request_apart():
