@@ -20,6 +20,8 @@ class ImportanceCallback(StageCallback):
     stage = "importance"
 
     def setup(self, trainer: pl.Trainer, pl_module: PruningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        pl_module.pipeline.check_data_source(trainer.datamodule)
         if trainer.datamodule is not None:
             pl_module.pipeline.use_datamodule(trainer.datamodule)
             if hasattr(trainer.datamodule, "shard"):  # un-padded: each image once

@@ -88,6 +88,20 @@ class ElasticScores:
         if not isinstance(self.splits, SplitTable):
             self.splits = SplitTable.from_dict(self.splits)
 
+    def __repr__(self) -> str:
+        """One line: what the scores cover, not every score (a ViT-B's are 37,008 numbers)."""
+        name = self.base.get("model_name", "a model") if self.base else "a model"
+        return (f"ElasticScores({name}: {len(self.head_scores)} blocks, {sum(self.heads_per_block)} heads, "
+                f"{sum(len(n) for n in self.neuron_scores)} MLP neurons, coefficients "
+                f"{'searched' if self.search else 'initial' if self.coefficients is not None else 'none'}, "
+                f"{len(self.splits)} recorded splits)")
+
+    def copy(self) -> "ElasticScores":
+        """A copy whose tensors and records are its own (changing it leaves these scores as they are)."""
+        import copy
+
+        return copy.deepcopy(self)
+
     @property
     def mlp_multiple(self) -> int:
         """The MLP width rounding of the run that made these scores (1 when not recorded)."""

@@ -124,7 +124,7 @@ class PruningModule(pl.LightningModule):
         """
         if not self.pipeline.completed("splits"):
             raise RuntimeError("the elastic scores exist once the splits stage ran (SplitsCallback at on_train_end)")
-        return self.pipeline.elastic_scores()
+        return self.pipeline.elastic_scores().copy()  # a user's callback may change it; the run's own stay
 
     def setup(self, stage: str) -> None:
         trainer = self.trainer
@@ -138,6 +138,7 @@ class PruningModule(pl.LightningModule):
         bind_trainer(self.pipeline, trainer)
         folder = self._run_folder
         if folder is not None and not folder.held and trainer.global_rank == 0:
+            folder.resume = self.pipeline.resumed  # (an interrupted run's folder is this run's when it continues it)
             folder.open()  # refused here, before any epoch, when the folder is not this run's to write in
             self._opened_folder = True
 
@@ -181,6 +182,16 @@ def check_trainer(trainer: pl.Trainer) -> None:
                           "across processes with its own DDP; pass strategy=snapvit_pl.lightning.strategy."
                           "PruningDDPStrategy() (prune.py: --trainer.strategy ddp)")
     check_precision(getattr(trainer, "precision", TRAINER_PRECISION))
+    fewer = "; to score fewer images give the DataModule fewer (max_samples), so that the run records what it scored"
+    if getattr(trainer, "fast_dev_run", False):
+        raise ConfigError(f"Trainer(fast_dev_run={trainer.fast_dev_run!r}) scores one batch and writes a complete-looking "
+                          f"run of other scores{fewer}")
+    if getattr(trainer, "overfit_batches", 0):
+        raise ConfigError(f"Trainer(overfit_batches={trainer.overfit_batches!r}) scores a few batches again and again"
+                          f"{fewer}")
+    if getattr(trainer, "limit_train_batches", 1.0) not in (1.0, None):
+        raise ConfigError(f"Trainer(limit_train_batches={trainer.limit_train_batches!r}) scores a share of the images "
+                          f"and writes a complete-looking run{fewer}")
     if trainer.world_size > 1 and getattr(trainer, "_accelerator_connector").use_distributed_sampler:
         raise ConfigError("Trainer(use_distributed_sampler=True) on several processes pads the pruning data by "
                           "repeating images; pass use_distributed_sampler=False (each process reads its own share)")
@@ -204,6 +215,11 @@ class StageCallback(pl.Callback):
     presence in the Trainer's callbacks is what makes the run make that stage (:meth:`Pipeline.use_stages`)."""
 
     stage: str = ""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if not isinstance(pl_module, PruningModule):  # (Lightning calls the callbacks' setup before the module's)
+            raise ConfigError(f"{type(self).__name__} runs a stage of snapvit_pl's pruning pipeline on a PruningModule, "
+                              f"not on a {type(pl_module).__name__}: fit a snapvit_pl.lightning.PruningModule")
 
     def _run(self, pl_module: PruningModule) -> Any:
         return pl_module.pipeline.run_stage(self.stage)

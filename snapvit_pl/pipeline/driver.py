@@ -106,6 +106,10 @@ class RunEvents:
     on_report: Optional[Callable[[dict[str, Any]], None]] = None
 
 
+#: What the run calls on a DataModule besides Lightning's own (snapvit_pl.data.VisionDataModule has them all).
+DATAMODULE_METHODS = ("configure_for_model", "unlabeled_images", "labeled_dataloader")
+
+
 class Pipeline:
     """SnapViT on one pretrained ViT: its stages in order, over one :class:`RunState`.
 
@@ -164,6 +168,7 @@ class Pipeline:
         self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
         self._inputs_source: Any = None  # the DataModule whose fingerprint the run records (record_inputs)
         self._checked = False  # check() done
+        self.resumed = False  # load_state_dict continued an interrupted run
         self._scorer: Optional[Scorer] = None  # the importance pass's scorer, bound to the model (start_importance)
         self._data_context: dict[str, Any] = {}  # what the data tells the scorer (use_datamodule)
 
@@ -246,6 +251,29 @@ class Pipeline:
         memory = self._start_memory()
         yield
         self.state.peak_memory_mb[stage] = round(memory.peak_mb(), 1)
+
+    def check_data_source(self, datamodule: Any) -> None:
+        """Refuse, before any epoch, a Trainer's data the run cannot take its later stages' images from: a DataModule
+        of another kind (the run reads its fitness, calibration and evaluation images through
+        :class:`snapvit_pl.data.VisionDataModule`), or plain loaders (``trainer.fit(module, train_dataloaders=...)``)
+        when no images were given otherwise (:class:`TensorInputs`).
+
+        Raises:
+            ConfigError: what was given and what to give instead.
+        """
+        from ..data.base import VisionDataModule
+
+        instead = ("fit with one of snapvit_pl.data's DataModules (ClassificationDataModule, ImageFolderDataModule, "
+                   "...), or use snapvit_pl.fit_elastic(model, loader) for a loader of your own")
+        if datamodule is None and type(self.inputs) is StageInputs:
+            raise ConfigError("the Trainer was given data loaders but no DataModule: the importance pass could score "
+                              "them, but the search, the splits and the export need images of their own (fitness, "
+                              f"calibration, evaluation) that a loader does not give; {instead}")
+        missing = [m for m in DATAMODULE_METHODS if not callable(getattr(datamodule, m, None))]
+        if datamodule is not None and not isinstance(datamodule, VisionDataModule) and missing:
+            raise ConfigError(f"the Trainer's DataModule is a {type(datamodule).__name__} without {', '.join(missing)}: "
+                              "a pruning run takes its images for every stage (pruning views, fitness, calibration, "
+                              f"evaluation) through snapvit_pl.data.VisionDataModule's methods; {instead}")
 
     def use_datamodule(self, datamodule: Any) -> None:
         """Take the run's data from a DataModule: set it up for the importance pass (the model's input format, the
@@ -670,6 +698,7 @@ class Pipeline:
         """
         check_resume_state(state, architecture(self.model), [f.name for f in fields(Timings)],
                            self.run_dir / RESUME_FILE if self.run_dir else "the resume state")
+        self.resumed = True  # its run folder holds this run's progress: continued, not refused as another run's
         saved = state.get("fingerprint")
         if saved not in (None, self.state.fingerprint):
             raise CheckpointError(

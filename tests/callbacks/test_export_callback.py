@@ -1,7 +1,7 @@
 import pytest
 
 from families import FAMILIES
-from snapvit_pl.callbacks import ExportCallback, ReportCallback, SplitsCallback
+from snapvit_pl.callbacks import ExportCallback, ImportanceCallback, ReportCallback, SplitsCallback
 from snapvit_pl.elastic import ElasticScores
 from snapvit_pl.errors import PruningSpecError
 from snapvit_pl.lightning.pruning_module import PruningModule
@@ -55,5 +55,5 @@ def test_fit_end_writes_scores_and_corrected_evaluated_models(scored, module, tm
 
 def test_no_report_for_a_run_that_did_not_export(trainer, module, tmp_path):
     module.pipeline.settings.importance = ImportanceSettings(Magnitude())
-    ReportCallback().teardown(trainer(), module, "fit")
+    ReportCallback().teardown(trainer([ImportanceCallback()]), module, "fit")
     assert not (tmp_path / "report.json").exists()

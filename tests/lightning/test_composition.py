@@ -89,6 +89,9 @@ def test_two_processes_make_the_single_process_scores(prune_py, tmp_path):
 @pytest.mark.parametrize("options, message", [
     ({"strategy": "ddp"}, r"Trainer\(strategy=DDPStrategy\): .* pass strategy=snapvit_pl.lightning.strategy.PruningDDPStrategy"),
     ({"precision": "bf16-mixed"}, r"Trainer\(precision='bf16-mixed'\): each pruning stage picks its own precision"),
+    ({"fast_dev_run": True}, r"Trainer\(fast_dev_run=True\) scores one batch .* fewer \(max_samples\)"),
+    ({"overfit_batches": 1}, r"Trainer\(overfit_batches=1\) scores a few batches"),
+    ({"limit_train_batches": 2}, r"Trainer\(limit_train_batches=2\) scores a share of the images"),
 ])
 def test_trainer_settings_no_stage_can_honour_are_one_error(options, message):
     from compose import MODEL_KWARGS
@@ -123,3 +126,50 @@ def test_without_the_importance_callback_the_run_is_refused_at_setup_before_any_
     with pytest.raises(ConfigError, match="no ImportanceCallback.*STAGE_CALLBACKS"):
         compose(tmp_path, without="ImportanceCallback")
     assert not (tmp_path / ".lock").exists()
+
+
+def test_data_the_run_cannot_take_every_stage_s_images_from_is_refused_at_setup(tmp_path):
+    """Issue 53: a plain DataLoader scored, then the search failed for want of fitness images; a DataModule of the
+    user's own failed with an AttributeError; stage callbacks on another LightningModule too."""
+    import torch
+    from compose import MODEL_KWARGS
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from snapvit_pl.callbacks import STAGE_CALLBACKS
+    from snapvit_pl.errors import ConfigError
+
+    def trainer():
+        return pl.Trainer(accelerator="cpu", callbacks=[c() for c in STAGE_CALLBACKS], logger=False,
+                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                          use_distributed_sampler=False, max_epochs=1)
+
+    module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
+    loader = DataLoader(TensorDataset(torch.randn(8, 1, 28, 28)), batch_size=4)
+    with pytest.raises(ConfigError, match="data loaders but no DataModule.*fit_elastic"):
+        trainer().fit(module, train_dataloaders=loader)
+
+    class Mine(pl.LightningDataModule):
+        def train_dataloader(self):
+            return loader
+
+    with pytest.raises(ConfigError, match="DataModule is a Mine without configure_for_model, .*VisionDataModule"):
+        trainer().fit(module, datamodule=Mine())
+
+    class Plain(pl.LightningModule):
+        def training_step(self, batch, batch_idx):
+            return None
+
+        def configure_optimizers(self):
+            return None
+
+    with pytest.raises(ConfigError, match="ImportanceCallback runs a stage .* not on a Plain"):
+        trainer().fit(Plain(), train_dataloaders=loader)
+
+
+def test_the_scores_a_callback_sees_are_its_own_and_print_in_one_line(tmp_path):
+    module = compose(tmp_path)
+    scores = module.scores
+    scores.head_scores[0].zero_()  # a user's callback changing what it was handed
+    assert not torch.equal(module.scores.head_scores[0], scores.head_scores[0])  # the run's scores are unchanged
+    text = repr(module.scores)
+    assert "\n" not in text and len(text) < 200 and "blocks" in text and "heads" in text
