@@ -127,8 +127,20 @@ class PruningModule(pl.LightningModule):
         return self.pipeline.elastic_scores().copy()  # a user's callback may change it; the run's own stay
 
     def setup(self, stage: str) -> None:
+        stage = str(getattr(stage, "value", stage))  # (Lightning passes its TrainerFn)
+        if stage in ("validate", "test", "predict"):
+            raise ConfigError(f"trainer.{stage} on a PruningModule: a pruning run trains nothing to {stage}; the export "
+                              "stage evaluates every model it cuts (evaluation.metrics), and `snapvit-pl evaluate "
+                              "--checkpoint DIR` (snapvit_pl.eval.evaluate_model) any model, the dense one included")
         trainer = self.trainer
+        if self._pipeline is not None and self._pipeline.completed("export" if "export" in self._pipeline.stages
+                                                                   else "splits"):
+            raise ConfigError("this PruningModule's run is finished (its scores and models are made): a second fit "
+                              "would do nothing; call module.configure_pipeline(...) to start another run, or make a "
+                              "new PruningModule")
         check_trainer(trainer)
+        # nothing to validate while pruning (validation_step exists only to let trainer.validate be refused above)
+        trainer.num_sanity_val_steps, trainer.limit_val_batches = 0, 0
         stages = {c.stage for c in trainer.callbacks if isinstance(c, StageCallback)}
         if "importance" not in stages and not self.pipeline.completed("importance"):
             # (else the Trainer runs its epochs over the data for nothing, and the next stage finds no scores)
@@ -160,6 +172,13 @@ class PruningModule(pl.LightningModule):
 
     def configure_optimizers(self):
         return None
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        """Never reached: ``trainer.validate`` is refused at :meth:`setup` in the project's words (defined so that
+        Lightning's own check lets the refusal through)."""
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        """Never reached: ``trainer.test`` is refused at :meth:`setup` (see :meth:`validation_step`)."""
 
 
 def check_trainer(trainer: pl.Trainer) -> None:

@@ -173,3 +173,23 @@ def test_the_scores_a_callback_sees_are_its_own_and_print_in_one_line(tmp_path):
     assert not torch.equal(module.scores.head_scores[0], scores.head_scores[0])  # the run's scores are unchanged
     text = repr(module.scores)
     assert "\n" not in text and len(text) < 200 and "blocks" in text and "heads" in text
+
+
+def test_validate_test_and_a_second_fit_are_refused_in_the_project_s_words_and_fit_validates_nothing(tmp_path,
+                                                                                                     monkeypatch):
+    from compose import IMAGES
+
+    from snapvit_pl.data import ClassificationDataModule
+    from snapvit_pl.errors import ConfigError
+
+    calls = []
+    monkeypatch.setattr(PruningModule, "validation_step", lambda self, batch, i: calls.append(i))
+    module = compose(tmp_path)  # its DataModule has a val split: nothing of it is read
+    assert calls == []
+    data = ClassificationDataModule(source="fashion_mnist", max_samples=IMAGES, batch_size=16, seed=0)
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    for run in (trainer.validate, trainer.test):
+        with pytest.raises(ConfigError, match=r"trainer\.(validate|test) on a PruningModule: .*snapvit-pl evaluate"):
+            run(module, datamodule=data)
+    with pytest.raises(ConfigError, match="run is finished .*configure_pipeline"):
+        trainer.fit(module, datamodule=data)
