@@ -93,7 +93,9 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
             if config.trainer.default_root_dir is None and config.model.get("checkpoint"):
                 config.trainer.default_root_dir = str(finetune_dir(config.model.checkpoint))
             if config.trainer.logger in (None, True):  # TensorBoard in the run directory, as prune.py
-                config.trainer.logger = tensorboard_logger(config.trainer.default_root_dir or "runs/train")
+                # no placeholder hp_metric (Lightning's constant -1): the run's metrics are logged under their names
+                config.trainer.logger = tensorboard_logger(config.trainer.default_root_dir or "runs/train",
+                                                           default_hp_metric=False)
             writing_to(config.trainer.default_root_dir or os.getcwd())  # (Lightning's default: the working directory)
 
         def instantiate_trainer(self, **kwargs):

@@ -29,6 +29,11 @@ def test_train_dense_model_from_scratch_saves_loadable_checkpoint(tmp_path):
     model, record = load_pruned(tmp_path / "run" / "model")
     assert record["heads"] == [4, 4] and "val/accuracy" in record["extra"]["metrics"]
     assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert "val/accuracy" in events.Tags()["scalars"] and "hp_metric" not in events.Tags()["scalars"]  # issue 51
 
 
 def test_polish_stage_continues_from_the_first_stage(tmp_path):
