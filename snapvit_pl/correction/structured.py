@@ -37,8 +37,9 @@ class CorrectionSettings:
         enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units): ``true``,
             ``false`` (the default), or ``auto``: on when the run's device is an accelerator, where it costs seconds
             per model, off on the CPU, where it costs minutes per model at full size (see :meth:`active`).
-        method: ``dense_fit`` (each pruned block's ``proj`` / ``fc2`` refitted, weight and bias, to the dense
-            model's output of that block, residual stream included: :func:`snapvit_pl.correction.fit_to_dense_and_prune`),
+        method: ``dense_fit`` (the default: each pruned block's ``proj`` / ``fc2`` refitted, weight and bias, to the
+            dense model's output of that block, residual stream included:
+            :func:`snapvit_pl.correction.fit_to_dense_and_prune`; docs/method.md, section 4, has the measurements),
             ``sparsegpt`` (an OBS update of the kept columns toward each layer's own output, :func:`correct_and_prune`;
             SnapViT's) or ``bias`` (FLAP's bias compensation: the removed channels' mean input folded into the bias,
             :func:`snapvit_pl.correction.compensate_bias_and_prune`; FLAP as published is ``importance.scorer: FLAP``,
@@ -61,7 +62,7 @@ class CorrectionSettings:
     """
 
     enabled: Union[bool, Literal["auto"]] = False
-    method: Literal["sparsegpt", "bias", "dense_fit"] = "sparsegpt"
+    method: Literal["dense_fit", "sparsegpt", "bias"] = "dense_fit"
     num_samples: PositiveInt = 256
     batch_size: PositiveInt = 64
     damping: Damping = DAMPING

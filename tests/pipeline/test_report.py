@@ -85,7 +85,7 @@ def test_a_run_without_correction_says_how_to_turn_it_on_in_the_report_and_on_th
     state.correction = correction_record(CorrectionSettings(num_samples=64), True, "cuda")
     report = write_report(state, tmp_path, print_table=True, plots=False)
     assert "hint" not in report["correction"] and "note:" not in capsys.readouterr().out
-    assert "- weight correction: `sparsegpt`, 64 calibration images" in (tmp_path / "report.md").read_text()
+    assert "- weight correction: `dense_fit`, 64 calibration images" in (tmp_path / "report.md").read_text()
     # scores ranked for corrected models (GaussNewtonGreedy(correction_aware=True)), models not corrected: said so
     state.correction = correction_record(CorrectionSettings(), False, "cpu", ranked_for_correction=True)
     write_report(state, tmp_path, print_table=True, plots=False)
