@@ -545,7 +545,7 @@ def _api_cases(world: Path) -> list[tuple[str, Any]]:
         ("Budget.parse(text)", lambda: Budget.parse("flops")),
         ("Budget(sparsity=nan)", lambda: Budget(sparsity=float("nan"))),
         ("extract_models(colliding labels)", lambda: extract_models(model, scores, [Budget(sparsity=0.3),
-                                                                                    Budget(sparsity=0.3000001)])),
+                                                                                    Budget(sparsity=0.30000000001)])),
         # issue 48
         ("fit_elastic(model.half(), float32 images)", lambda: snapvit_pl.fit_elastic(
             load_backbone(FAMILIES["dino_vit"]).half(), images, progress="off")),
