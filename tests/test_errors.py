@@ -127,9 +127,13 @@ def test_issue_52_settings_bounded_by_the_model_and_labels_that_never_round_a_ch
     os.chdir(tmp_path)
     try:
         spec = BackboneSpec("vit_tiny_patch16_224", False, "weights/model.safetensors")
+        shipped = BackboneSpec("vit_tiny_patch16_224", False, "assets/reference_vit_fmnist/model.safetensors")
     finally:
         os.chdir(here)
     assert spec.checkpoint_path == str(tmp_path / "weights" / "model.safetensors")
+    from snapvit_pl.io import DATA_ROOT  # a preset's path, missing here: the shipped file, wherever the command runs
+
+    assert shipped.checkpoint_path == str((DATA_ROOT / "assets/reference_vit_fmnist/model.safetensors").absolute())
     (tmp_path / "link").symlink_to(tmp_path / "gone")
     with pytest.raises(ConfigError, match="symbolic link to .*gone, which does not exist"):
         check_output_dir(tmp_path / "link", "--out_dir")

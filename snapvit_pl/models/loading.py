@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from torch import nn
 
 from ..errors import CheckpointError, ConfigError, UnsupportedModelError, field_error
-from ..io import weights_file
+from ..io import resolve_path, weights_file
 from ..ranges import Seed
 from ..seeding import resolve_seed
 
@@ -47,10 +47,10 @@ class BackboneSpec:
     seed: Optional[Seed] = None
 
     def __post_init__(self) -> None:
-        # a relative weights file is recorded as the file it names now: extract, evaluate and train rebuild the model
-        # from any working directory
+        # a relative weights file is recorded as the file it names now (in the working directory, else in the
+        # shipped data: resolve_path), so that extract, evaluate and train rebuild the model from any directory
         if self.checkpoint_path is not None and str(self.checkpoint_path) and not os.path.isabs(self.checkpoint_path):
-            self.checkpoint_path = os.path.abspath(self.checkpoint_path)
+            self.checkpoint_path = str(resolve_path(self.checkpoint_path).absolute())
 
     @property
     def random_weights(self) -> bool:
