@@ -1,7 +1,7 @@
 """Issue 55's selection of the weight correction: every variant on the development models, as cut and corrected.
 
     python benchmarks/correction_selection.py \\
-        --runs sgpt256=benchmarks/results/research/issue55/sgpt256_cs.json,dense256=... \\
+        --runs sgpt256=benchmarks/results/research/issue55/sgpt256_cs.json,sgpt256=...sgpt256_rest.json,... \\
         --baseline sgpt256 --out benchmarks/results/research/selection_issue55
 
 Each run is a ``compare_methods.py --split holdout --methods ours --correction both`` run (the default score, each
@@ -32,12 +32,12 @@ from benchmarks.compare_methods import REPORTED  # noqa: E402
 AS_CUT = "as cut"
 
 
-def load_runs(runs: dict[str, Path]) -> dict[str, Any]:
+def load_runs(runs: list[tuple[str, Path]]) -> dict[str, Any]:
     """``{model: {"dense": metrics, "cells": {(pair, variant): {metric: [values over seeds]}}}}`` and each variant's
-    correction overrides."""
+    correction overrides (a variant may come from several runs: other models)."""
     models: dict[str, Any] = {}
     overrides: dict[str, list[str]] = {}
-    for variant, path in runs.items():
+    for variant, path in runs:
         report = json.loads(Path(path).read_text())
         overrides[variant] = [o for o in report["settings"]["overrides"] if o.startswith("--correction.")]
         for model, entry in report["models"].items():
@@ -103,7 +103,7 @@ def markdown(report: dict[str, Any]) -> str:
                   "| model | variant | calibration images | seconds | peak memory (MiB) |", "|---|---|---:|---:|---:|"]
         lines += [f"| {c['model']} | {c['variant']} | {c['images']} | {c['seconds']:.1f} | {c['peak_mb']:.0f} |"
                   for c in report["cost"]]
-    runs = ", ".join(f"{v}: `{p}`" for v, p in report["runs"].items())
+    runs = ", ".join(f"{v}: `{p}`" for v, p in report["runs"])
     lines += ["", f"Runs: {runs}."]
     return "\n".join(lines) + "\n"
 
@@ -145,14 +145,15 @@ def measure_costs(report: dict[str, Any], models: list[str]) -> list[dict[str, A
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", required=True, help="comma-separated VARIANT=compare_methods.json")
+    parser.add_argument("--runs", required=True, help="comma-separated VARIANT=compare_methods.json (a variant may be "
+                        "named once per run, each run other models)")
     parser.add_argument("--baseline", required=True, help="the variant the losses are compared with")
     parser.add_argument("--cost", default="", help="comma-separated models to time one correction of each variant on")
     parser.add_argument("--out", default=str(RESULTS / "research" / "selection_issue55"))
     args = parse_args(parser, argv)
-    runs = dict(item.split("=", 1) for item in args.runs.split(","))
-    loaded = load_runs({v: Path(p) for v, p in runs.items()})
-    report = {**loaded, "baseline": args.baseline, "runs": {v: display(Path(p)) for v, p in runs.items()},
+    runs = [tuple(item.split("=", 1)) for item in args.runs.split(",")]
+    loaded = load_runs([(v, Path(p)) for v, p in runs])
+    report = {**loaded, "baseline": args.baseline, "runs": [[v, display(Path(p))] for v, p in runs],
               "machine": machine_info()}
     report["cost"] = measure_costs(report, args.cost.split(",")) if args.cost else []
     serialisable = {**report, "models": {m: {"dense": s["dense"], "kept": {str(list(p)): k for p, k in s["kept"].items()},
