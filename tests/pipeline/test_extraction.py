@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from families import FAMILIES, random_elastic_scores
-from snapvit_pl.correction import correct_and_prune
+from snapvit_pl.correction import fit_to_dense_and_prune
 from snapvit_pl.elastic import Budget, CostModel, select_subnet
 from snapvit_pl.errors import ConfigError, PruningSpecError
 from snapvit_pl.models import fingerprint, load_backbone, load_pruned, prunable_blocks, prune_
@@ -49,7 +49,7 @@ def test_models_are_cut_then_corrected_then_evaluated_then_saved(base, tmp_path)
         assert item.model is None and item.label == budget.label()
         assert item.params == cost.params(item.subnet) == item.metrics["n_params"]
         saved, record = load_pruned(item.checkpoint)
-        expected = correct_and_prune(copy.deepcopy(model), item.subnet, images, CorrectionSettings(batch_size=5))
+        expected = fit_to_dense_and_prune(copy.deepcopy(model), item.subnet, images, batch_size=5)  # the default
         assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), expected.state_dict().values()))
         assert record["extra"]["metrics"]["head_top1"] == 0.5 and record["extra"]["correction"]["num_samples"] == 12
         assert record["extra"]["base_fingerprint"] == scores.fingerprint
