@@ -12,6 +12,13 @@ import torch
 from snapvit_pl.pipeline.resume import RESUME_FILE
 
 
+#: A whole prune.py run in seconds: a tiny random-weight model, 32 images, one budget, no split grid.
+TINY_RUN = ["--model.checkpoint_path=null", "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2",
+            "--model.model_kwargs.num_heads=4", "--data.init_args.max_samples=32", "--data.init_args.batch_size=16",
+            "--data.init_args.n_local_views=2", "--search.num_images=32", "--search.pca_components=8",
+            "--export.split_grid=0", "--export.budgets=[{sparsity: 0.3}]"]
+
+
 def env(**extra: str) -> dict:
     """One torch thread: these models are tiny, and two threads on a busy 2-core machine spin (several times slower)."""
     return {**os.environ, "OMP_NUM_THREADS": "1", **extra}

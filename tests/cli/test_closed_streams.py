@@ -9,17 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from run_helpers import digests, env
+from run_helpers import TINY_RUN, digests, env
 from snapvit_pl.data import find_fashion_mnist
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_fashion_mnist(None) is None, reason="dataset-fashion-mnist")]
 
-TINY_PRUNE = ["--model.checkpoint_path=null", "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2",
-              "--model.model_kwargs.num_heads=4", "--data.init_args.max_samples=32", "--data.init_args.batch_size=16",
-              "--data.init_args.n_local_views=2", "--search.num_images=32", "--search.pca_components=8",
-              "--export.split_grid=0", "--export.budgets=[{sparsity: 0.3}]", "--evaluation.metrics=[knn]",
-              "--evaluation.train_samples=60", "--evaluation.val_samples=30", "--evaluation.knn_k=5"]
+TINY_PRUNE = [*TINY_RUN, "--evaluation.metrics=[knn]", "--evaluation.train_samples=60",
+              "--evaluation.val_samples=30", "--evaluation.knn_k=5"]
 TINY_TRAIN = ["--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2", "--model.model_kwargs.num_heads=4",
               "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
               "--data.init_args.batch_size=16", "--data.init_args.num_workers=0"]

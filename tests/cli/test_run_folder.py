@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from run_helpers import env
+from run_helpers import TINY_RUN, env
 from snapvit_pl.cli import prune_main
 from snapvit_pl.data import find_fashion_mnist
 
@@ -33,11 +33,7 @@ def test_overwrite_removes_the_earlier_runs_files_and_keeps_the_users(tiny_prune
     assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1
 
 
-ARGS = ["--model.checkpoint_path=null", "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2",
-        "--model.model_kwargs.num_heads=4", "--data.init_args.max_samples=32", "--data.init_args.batch_size=16",
-        "--data.init_args.n_local_views=2", "--search.num_images=32", "--search.pca_components=8",
-        "--export.split_grid=0", "--export.budgets=[{sparsity: 0.3}]", "--evaluation.metrics=[]",
-        "--report.print_table=false", "--progress=off"]
+ARGS = [*TINY_RUN, "--evaluation.metrics=[]", "--report.print_table=false", "--progress=off"]
 
 
 @pytest.mark.slow
