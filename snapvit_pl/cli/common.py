@@ -16,7 +16,6 @@ The dialect, for every command (``prune``, ``train``, ``extract``, ``evaluate``,
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import warnings
@@ -26,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from ..errors import ConfigError, SnapViTError, config_error, env_verbose, exit_with_error, os_error, storage_error
 from ..io import DATA_ROOT, special_file
+from ..lightning.trainer_policy import ignore_expected_warnings
 
 #: The shipped presets, ``configs/<kind>/<name>.yaml`` (in the installed package or the checkout: :data:`DATA_ROOT`).
 PRESETS_DIR = DATA_ROOT / "configs"
@@ -39,31 +39,9 @@ PROJECT_SECTIONS = ("model", "data", "seg_data", "importance", "search", "export
                     "report", "trainer", "optimizer", "lr_scheduler", "ckpt_path", "seed_everything", "out_dir",
                     "overwrite", "resume", "verbose", "progress", "scores", "checkpoint", "out", "device")
 
-# Expected in a pruning run: no optimiser, no validation loop.
-for _message in (
-    ".*returned `None`, this fit will run with no optimizer", ".*but have no `validation_step`",
-    ".*LightningCLI's args parameter", ".*module\\(s\\) in eval mode at the start of training", ".*isinstance.treespec, LeafSpec.*",
-    ".*is smaller than the logging interval",  # train's LogEveryEpoch lowers the interval to the epoch's batches
-):
-    warnings.filterwarnings("ignore", message=_message)
-
-
-class _NoAdvertisements(logging.Filter):
-    """Drops Lightning's "try installing litlogger" tip, printed on every run."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "litlogger" not in record.getMessage()
-
-
-logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdvertisements())
-
-
-def quiet_lightning() -> None:
-    """Silence Lightning's information lines (the devices found, "Seed set to", "`Trainer.fit` stopped: ...") for
-    a run that reports its own progress; its warnings and errors still show. Call after Lightning is imported
-    (its import sets its loggers' level)."""
-    for name in ("pytorch_lightning", "lightning_fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+# Expected in a pruning run (no optimiser, no validation loop: snapvit_pl.lightning.trainer_policy), and the CLI's own.
+ignore_expected_warnings()
+warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter")
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 

@@ -1,10 +1,10 @@
 """``prune.py`` / ``snapvit-pl prune``: LightningCLI over a :class:`PruningModule` and the stage callbacks."""
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
-import shutil
 import signal
 import sys
 import time
@@ -14,21 +14,18 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ConfigError
+from ..lightning.trainer_policy import check_options, lightning_information
 from ..progress import MODES
 from ..runfolder import RESULT_FILES, FolderHints, check_run_folder
-from ..seeding import SEED_RANGE
+from ..seeding import SEED_RANGE, check_seed, derive_seeds
 from .common import (
     layer_config_option,
     DEFAULT_PRUNE_CONFIG, check_config_files, check_device_counts, check_output_dir, first_process, help_formatter,
-    program, quiet_lightning, run_command, tensorboard_logger, writing_to,
+    program, run_command, tensorboard_logger, writing_to,
 )
 
 #: What to lower when a run runs out of memory.
 BATCH_OPTIONS = ("--data.init_args.batch_size", "--search.batch_size", "--evaluation.batch_size", "--correction.batch_size")
-#: Settings a resumed run may change: they change how the run reports, not what it computes.
-SAFE_RESUME_OVERRIDES = ("config", "verbose", "resume", "overwrite", "out_dir", "progress", "trainer.enable_progress_bar",
-                         "trainer.default_root_dir", "trainer.logger", "report.print_table", "report.plots")
-
 PRUNE_USAGE = ("python prune.py [--config FILE] [--GROUP.KEY VALUE ...] [--out_dir DIR] [--resume RUN_DIR] "
                "[--progress MODE] [--verbose true]")
 PRUNE_DESCRIPTION = ("Prune a pretrained ViT into an elastic family of sub-networks (SnapViT):\n"
@@ -94,82 +91,14 @@ def cli_hints() -> FolderHints:
     return FolderHints("--out_dir", "pass --overwrite true", f"{program('prune')} --resume {{folder}}")
 
 
-#: Strategies a pruning run maps to its own DDP (no gradient wrapper): name -> the process start method.
-DDP_STRATEGIES = {"ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork", "ddp_notebook": "fork"}
-
-
-def processes_per_node(accelerator: Any, devices: Any) -> int:
-    """How many processes Lightning starts per node for ``--trainer.accelerator`` / ``--trainer.devices``."""
-    import torch
-
-    if isinstance(devices, (list, tuple)):
-        return len(devices)
-    if isinstance(devices, str):
-        text = devices.strip()
-        if "," in text:
-            return len([d for d in text.split(",") if d.strip()])
-        devices = int(text) if text.lstrip("-").isdigit() else text
-    if devices in ("auto", -1):
-        gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-        return max(1, torch.cuda.device_count()) if gpu else 1
-    return int(devices)
-
-
-def pruning_strategy(strategy: Any, accelerator: Any, devices: Any, num_nodes: int) -> Any:
-    """The strategy a pruning run uses for what the user asked: several devices or nodes (``--trainer.devices N``,
-    ``auto`` on a multi-GPU machine, ``--trainer.num_nodes M``) or a DDP strategy by name -> the pruning DDP
-    (:class:`~snapvit_pl.lightning.strategy.PruningDDPStrategy`); one device -> as given.
-
-    Raises:
-        ConfigError: a strategy the pruning run cannot use.
-    """
-    from ..lightning.strategy import PruningDDPStrategy
-
-    if isinstance(strategy, PruningDDPStrategy):  # (a config that names it: runs written before 0.1.1)
-        return strategy
-    several = processes_per_node(accelerator, devices) > 1 or (num_nodes or 1) > 1
-    name = strategy if isinstance(strategy, str) else None
-    if name in DDP_STRATEGIES or (name == "auto" and several):
-        return PruningDDPStrategy(start_method=DDP_STRATEGIES.get(name, "popen"))
-    if name in ("auto", "single_device") and not several:
-        return strategy
-    shown = name or type(strategy).__name__
-    raise ConfigError(f"--trainer.strategy {shown}: a pruning run trains nothing and shares its work across processes "
-                      f"with its own DDP; leave the strategy unset (several devices or nodes choose it) or give one of "
-                      f"{', '.join(DDP_STRATEGIES)}")
-
-
-#: The Trainer options a pruning run honours: it uses the Trainer as a launcher (processes, devices, precision,
-#: logging) around one pass over its data, so every other ``--trainer`` option is refused (:func:`check_trainer_options`).
-LAUNCHER_OPTIONS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "plugins", "logger",
-                    "default_root_dir", "enable_progress_bar", "deterministic", "benchmark")
-_FEWER_IMAGES = "to score fewer images set --data.init_args.max_samples"
-_ONE_PASS = "the importance pass is one pass over --data.init_args.max_samples images"
-#: A refused Trainer option -> what to set instead.
-_INSTEAD = {
-    "limit_train_batches": _FEWER_IMAGES, "overfit_batches": _FEWER_IMAGES, "max_steps": _FEWER_IMAGES,
-    "fast_dev_run": "for a quick run add --config quick (fewer images, a short search) or --data.init_args.max_samples",
-    "max_epochs": _ONE_PASS, "min_epochs": _ONE_PASS, "min_steps": _ONE_PASS,
-    "max_time": "to bound the search's time set --search.max_time",
-    "accumulate_grad_batches": "nothing is optimised, so nothing accumulates",
-    "use_distributed_sampler": "each process reads its own un-padded share of the images",
-}
-
-
 def check_trainer_options(trainer: Any, defaults: Any) -> None:
-    """Refuse every ``--trainer`` option outside :data:`LAUNCHER_OPTIONS` that differs from the pruning run's
-    default, naming the pipeline's own option where one exists; and a device or node count that cannot launch.
+    """Refuse a ``--trainer`` option the run cannot honour (:mod:`snapvit_pl.lightning.trainer_policy`, the same
+    rule as a composed Trainer's) and a device or node count that cannot launch.
 
     Raises:
         ConfigError: one line naming the option.
     """
-    for key, value in sorted(dict(trainer.items()).items()):
-        top = key.split(".")[0]
-        if top in LAUNCHER_OPTIONS or value == defaults.get(key):
-            continue
-        instead = _INSTEAD.get(top, "leave it unset")
-        raise ConfigError(f"--trainer.{key} {value!r}: a pruning run trains nothing and honours only "
-                          f"--trainer.{{{', '.join(LAUNCHER_OPTIONS[:5])}, ...}}; {instead}")
+    check_options(dict(sorted(dict(trainer.items()).items())), defaults, cli=True)
     from ..lightning.pruning_module import check_precision
 
     check_precision(trainer.get("precision"))  # here, before any process starts: refused once, not once per process
@@ -205,39 +134,6 @@ def shared_run_dir(num_nodes: int) -> Path:
     return out_dir
 
 
-def check_seed(seed: Any) -> None:
-    """Refuse a ``seed_everything`` outside the 32-bit range NumPy seeds from (``true``: a random one, ``false``:
-    no seeding)."""
-    low, high = SEED_RANGE
-    if not isinstance(seed, bool) and isinstance(seed, int) and not low <= seed <= high:
-        raise ConfigError(f"--seed_everything {seed}: seeds lie in [{low}, {high}] (or true for a random one)")
-
-
-def derive_seeds(config: Any) -> None:
-    """The seed policy (:mod:`snapvit_pl.seeding`): every seed left unset takes ``seed_everything``'s value."""
-    root = config.seed_everything
-    if isinstance(root, bool):
-        return  # false: nothing seeded (the unset seeds keep snapvit_pl.seeding.DEFAULT_SEED)
-    if config.model.seed is None:
-        config.model.seed = root  # random base weights: every later command rebuilds them
-    if config.search.seed is None:
-        config.search.seed = root
-    for group in (config.data, config.get("seg_data"), config.importance.scorer):
-        init_args = getattr(group, "init_args", None) if group is not None else None
-        if init_args is not None and "seed" in init_args and init_args.seed is None:
-            init_args.seed = root
-
-
-def changed_settings(parser: Any, saved_config: Path, given: Any) -> list[str]:
-    """The settings of ``given`` (a parsed namespace) that differ from the saved configuration's, safe keys
-    (:data:`SAFE_RESUME_OVERRIDES`) excepted; both read by the same parser, so ``--data.root`` and
-    ``--data.init_args.root`` are the same key."""
-    saved = dict(parser.parse_args(["--config", str(saved_config)]).items())
-    now = dict(given.items())
-    safe = lambda key: any(key == s or key.startswith(s + ".") for s in SAFE_RESUME_OVERRIDES)  # noqa: E731
-    return sorted(k for k in set(saved) | set(now) if not safe(k) and saved.get(k) != now.get(k))
-
-
 class _ParserBuilt(Exception):
     def __init__(self, parser: Any):
         super().__init__("parser built")
@@ -271,11 +167,14 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
     from ..callbacks import STAGE_CALLBACKS
     from ..data import SegmentationDataModule, VisionDataModule
     from ..lightning.pruning_module import PruningModule
+    from ..lightning.strategy import pruning_strategy
+    from ..lightning.trainer_policy import PRUNING_TRAINER_DEFAULTS
+    from ..pipeline.resume import CONFIG_FILE, check_unchanged
     from ..pipeline.settings import PipelineSettings
     from ..ranges import plain
 
     groups = settings_groups()
-    quiet_lightning()  # a pruning run prints its own progress only
+    lightning_information(logging.WARNING)  # a pruning run prints its own progress only
 
     class PruneCLI(LightningCLI):
         def init_parser(self, **kwargs: Any) -> Any:
@@ -304,13 +203,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
             trainer = [parser.groups["trainer"]] if "trainer" in parser.groups else []
             rest = [g for g in parser._action_groups if g not in own and g not in trainer]  # argparse's print order
             parser._action_groups[:] = rest + own + trainer
-            parser.set_defaults({
-                "trainer.max_epochs": 1, "trainer.enable_checkpointing": False, "trainer.num_sanity_val_steps": 0,
-                "trainer.limit_val_batches": 0, "trainer.devices": 1, "trainer.enable_model_summary": False,
-                "trainer.log_every_n_steps": 1,  # the importance loss of every batch
-                "trainer.enable_progress_bar": False,  # every stage reports through snapvit_pl.progress (--progress)
-                "trainer.use_distributed_sampler": False,  # each rank reads its own un-padded shard (the pipeline's)
-            })
+            parser.set_defaults({f"trainer.{key}": value for key, value in PRUNING_TRAINER_DEFAULTS.items()})
 
         def parse_arguments(self, parser, args) -> None:
             if build_only:
@@ -327,13 +220,9 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
                 raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {config.progress!r}")
             check_trainer_options(config.trainer, self.parser.get_defaults().trainer)
             derive_seeds(config)
-            if resume_dir is not None:
-                changed = changed_settings(self.parser, resume_dir / "config.yaml", config)
-                if changed:
-                    shown = ", ".join(f"--{key}" for key in changed[:5]) + (" ..." if len(changed) > 5 else "")
-                    raise ConfigError(f"--resume keeps the interrupted run's settings, but {shown} would change what "
-                                      "it computes; resume without these overrides, or start a new run (another "
-                                      "--out_dir) with them")
+            if resume_dir is not None:  # both read by this parser: --data.root and --data.init_args.root are one key
+                saved = self.parser.parse_args(["--config", str(resume_dir / CONFIG_FILE)])
+                check_unchanged(dict(saved.items()), dict(config.items()))
             trainer = config.trainer
             out_dir = Path(config.out_dir or shared_run_dir(trainer.num_nodes))
             check_run_dir(out_dir, config.overwrite, config.export.scores_file)
@@ -439,9 +328,6 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             run["folder"] = RunFolder(out_dir, cli.config.overwrite, cli.config.export.scores_file,
                                       resume=resume_dir is not None, hints=cli_hints()).open()
             cli.model.use_run_folder(run["folder"])  # held here: the module does not take it again
-            run["out_dir"], run["created"] = out_dir, run["folder"].created
-            # what was there before: a refused run removes only what it wrote (all of it, in a directory it created)
-            run["before"] = set() if run["created"] else {p.name for p in out_dir.iterdir()} - {".lock"}
         if resume_dir is not None:
             pipeline.load_state_dict(load_resume_state(resume_dir))
         elif main_process:
@@ -474,24 +360,10 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     def cleanup() -> None:  # a run that failed on bad input leaves nothing behind; one that made progress, a resume
-        locked = "folder" in run  # (not when another run holds the directory)
-        if locked:
-            run.pop("folder").close()
-        if "out_dir" not in run:
-            return
-        from ..pipeline.resume import has_progress
-
-        if has_progress(run["out_dir"]):
-            if not locked:
-                return
-            print(f"progress is saved in {run['out_dir']}; once fixed, continue with: {program('prune')} --resume "
-                  f"{run['out_dir']}", file=sys.stderr)
-        elif run.get("created"):
-            shutil.rmtree(run["out_dir"], ignore_errors=True)
-        else:
-            for path in run["out_dir"].iterdir():
-                if path.name not in run["before"]:
-                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        folder = run.pop("folder", None)
+        if folder is not None and folder.abandon():  # (None: another run holds the directory, or none was taken)
+            print(f"progress is saved in {folder.path}; once fixed, continue with: {program('prune')} --resume "
+                  f"{folder.path}", file=sys.stderr)
 
     chose_run_dir = RUN_DIR_ENV not in os.environ
     try:

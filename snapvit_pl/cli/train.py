@@ -50,7 +50,7 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
             return parser
 
         def parse_arguments(self, parser, args) -> None:
-            from .prune import check_seed
+            from ..seeding import check_seed
 
             super().parse_arguments(parser, args)
             plain(self.config)  # constrained numbers as plain ints / floats (saved in checkpoints and hparams)

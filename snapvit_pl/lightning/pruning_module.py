@@ -24,6 +24,7 @@ settings unless :meth:`PruningModule.configure_pipeline` gives others.
 """
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
@@ -40,6 +41,7 @@ from ..pipeline.settings import PipelineSettings
 from ..progress import ProgressMode
 from ..ranges import Seed
 from .context import bind_trainer
+from .trainer_policy import check_composed, quiet_composed_trainer, quiet_lightning
 
 #: Lightning's default precision: the pipeline picks each stage's own (bf16 autocast on CUDA, fp32 on a CPU)
 TRAINER_PRECISION = "32-true"
@@ -84,8 +86,8 @@ class PruningModule(pl.LightningModule):
         self.backbone = load_backbone(self.spec)
         self.backbone.requires_grad_(False)
         self._pipeline: Optional[Pipeline] = None
-        self._run_folder: Optional[RunFolder] = None
         self._opened_folder = False  # this module took the run folder (in setup), so it gives it back (teardown)
+        self._quiet = ExitStack()  # Lightning's expected warnings and information lines, off from setup to teardown
 
     @property
     def pipeline(self) -> Pipeline:
@@ -104,16 +106,17 @@ class PruningModule(pl.LightningModule):
         before ``trainer.fit``. The run folder is held as ``prune.py`` holds it (:class:`RunFolder`, from ``setup`` to
         ``teardown``): a folder in use by another run, or holding an earlier run's results, is refused unless
         ``overwrite`` (then only what that run wrote is removed)."""
-        self._pipeline = Pipeline(self.backbone, settings, spec=self.spec, seg_datamodule=seg_data, run_dir=run_dir,
+        settings = settings or PipelineSettings()
+        folder = None if run_dir is None else RunFolder(run_dir, overwrite, settings.export.scores_file,
+                                                        hints=FolderHints("run_dir", "pass overwrite=True to "
+                                                                                     "configure_pipeline"))
+        self._pipeline = Pipeline(self.backbone, settings, spec=self.spec, seg_datamodule=seg_data, run_dir=folder,
                                   progress=progress)
-        self._run_folder = None if run_dir is None else RunFolder(
-            run_dir, overwrite, self._pipeline.settings.export.scores_file,
-            hints=FolderHints("run_dir", "pass overwrite=True to configure_pipeline"))
         return self._pipeline
 
     def use_run_folder(self, folder: RunFolder) -> None:
         """The run folder its caller holds already (``prune.py``): this module neither takes nor gives it back."""
-        self._run_folder = folder
+        self.pipeline.folder = folder
 
     @property
     def scores(self) -> ElasticScores:
@@ -139,6 +142,8 @@ class PruningModule(pl.LightningModule):
                               "would do nothing; call module.configure_pipeline(...) to start another run, or make a "
                               "new PruningModule")
         check_trainer(trainer)
+        quiet_composed_trainer(trainer)  # no default checkpoint, model summary or epoch bar (a configured checkpoint:
+        # refused), and (last, once nothing is refused) Lightning's expected lines off: as quiet as prune.py's run
         # nothing to validate while pruning (validation_step exists only to let trainer.validate be refused above)
         trainer.num_sanity_val_steps, trainer.limit_val_batches = 0, 0
         stages = {c.stage for c in trainer.callbacks if isinstance(c, StageCallback)}
@@ -148,15 +153,25 @@ class PruningModule(pl.LightningModule):
                               "stages: callbacks=[c() for c in snapvit_pl.callbacks.STAGE_CALLBACKS])")
         self.pipeline.use_stages(stages)
         bind_trainer(self.pipeline, trainer)
-        folder = self._run_folder
+        folder = self.pipeline.folder
         if folder is not None and not folder.held and trainer.global_rank == 0:
-            folder.resume = self.pipeline.resumed  # (an interrupted run's folder is this run's when it continues it)
-            folder.open()  # refused here, before any epoch, when the folder is not this run's to write in
+            self.pipeline.hold_folder()  # refused here, before any epoch, when the folder is not this run's to write in
             self._opened_folder = True
+        self._quiet.enter_context(quiet_lightning())
 
     def teardown(self, stage: str) -> None:
-        if self._opened_folder and self._run_folder is not None:
-            self._run_folder.close()
+        self._quiet.close()
+        if self._opened_folder:
+            self.pipeline.close()
+            self._opened_folder = False
+
+    def abandon(self) -> None:
+        """The fit failed (Lightning calls no ``teardown`` then; the stage callbacks' ``on_exception`` calls this):
+        the run folder is given up, and what the run wrote there removed unless it saved progress; Lightning's
+        lines are heard again."""
+        self._quiet.close()
+        if self._opened_folder:
+            self.pipeline.folder.abandon()
             self._opened_folder = False
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -184,9 +199,9 @@ class PruningModule(pl.LightningModule):
 def check_trainer(trainer: pl.Trainer) -> None:
     """Refuse, in one line each, the Trainer settings a pruning run cannot honour in every stage: a DDP strategy
     that wraps the module (it has no trainable parameter; :class:`~snapvit_pl.lightning.strategy.PruningDDPStrategy`
-    shares the work without one), a precision other than Lightning's default (each stage picks its own), and a
-    distributed sampler over several processes (it pads the data by repeating images: each process reads its own
-    un-padded share instead).
+    shares the work without one), a precision other than Lightning's default (each stage picks its own), and the
+    options :mod:`~snapvit_pl.lightning.trainer_policy` refuses for ``prune.py`` too (debug modes and batch limits
+    that score a share of the images, a distributed sampler over several processes).
 
     Raises:
         ConfigError: naming the setting and what to use.
@@ -201,19 +216,7 @@ def check_trainer(trainer: pl.Trainer) -> None:
                           "across processes with its own DDP; pass strategy=snapvit_pl.lightning.strategy."
                           "PruningDDPStrategy() (prune.py: --trainer.strategy ddp)")
     check_precision(getattr(trainer, "precision", TRAINER_PRECISION))
-    fewer = "; to score fewer images give the DataModule fewer (max_samples), so that the run records what it scored"
-    if getattr(trainer, "fast_dev_run", False):
-        raise ConfigError(f"Trainer(fast_dev_run={trainer.fast_dev_run!r}) scores one batch and writes a complete-looking "
-                          f"run of other scores{fewer}")
-    if getattr(trainer, "overfit_batches", 0):
-        raise ConfigError(f"Trainer(overfit_batches={trainer.overfit_batches!r}) scores a few batches again and again"
-                          f"{fewer}")
-    if getattr(trainer, "limit_train_batches", 1.0) not in (1.0, None):
-        raise ConfigError(f"Trainer(limit_train_batches={trainer.limit_train_batches!r}) scores a share of the images "
-                          f"and writes a complete-looking run{fewer}")
-    if trainer.world_size > 1 and getattr(trainer, "_accelerator_connector").use_distributed_sampler:
-        raise ConfigError("Trainer(use_distributed_sampler=True) on several processes pads the pruning data by "
-                          "repeating images; pass use_distributed_sampler=False (each process reads its own share)")
+    check_composed(trainer)  # the options prune.py refuses, in the same words
 
 
 def check_precision(precision: Any) -> None:
@@ -239,6 +242,10 @@ class StageCallback(pl.Callback):
         if not isinstance(pl_module, PruningModule):  # (Lightning calls the callbacks' setup before the module's)
             raise ConfigError(f"{type(self).__name__} runs a stage of snapvit_pl's pruning pipeline on a PruningModule, "
                               f"not on a {type(pl_module).__name__}: fit a snapvit_pl.lightning.PruningModule")
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if isinstance(pl_module, PruningModule):
+            pl_module.abandon()
 
     def _run(self, pl_module: PruningModule) -> Any:
         return pl_module.pipeline.run_stage(self.stage)

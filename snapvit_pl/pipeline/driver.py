@@ -38,6 +38,7 @@ from ..models.loading import BackboneSpec, fingerprint
 from ..models.surgery import architecture
 from ..models.modes import eval_mode
 from ..progress import Progress, ProgressMode
+from ..runfolder import FolderHints
 from ..scoring import LocalScores, Scorer
 from ..scoring.base import ScoringContext
 from ..search.fitness import EmbeddingFitness
@@ -50,6 +51,7 @@ from .extraction import (
 from .importance import AllReduceSum
 from .inputs import StageInputs
 from .report import write_report
+from .rundir import RunFolder
 from .resume import RESUME_FILE, check_inputs, check_resume_state, save_resume_state
 from .settings import PipelineSettings
 from .splits import choose_splits, split_table
@@ -121,7 +123,11 @@ class Pipeline:
         inputs: the fitness / calibration images and evaluation data (:class:`DataModuleInputs`, :class:`TensorInputs`).
         seg_datamodule: a :class:`snapvit_pl.data.SegmentationDataModule` the ``seg`` metric (a linear probe's mIoU on
             patch tokens) evaluates every model on, when the inputs come from a DataModule (:meth:`use_datamodule`).
-        run_dir: where the scores, models, report and progress are written (None: nothing is written).
+        run_dir: where the scores, models, report and progress are written (None: nothing is written): a folder, or a
+            :class:`~snapvit_pl.pipeline.rundir.RunFolder` its caller holds. The pipeline takes the folder before it
+            starts work (:meth:`hold_folder`) and holds it until :meth:`close` (or the end of a ``with`` block): a
+            folder another run uses, or one holding an earlier run's results or files of yours, is refused then.
+        overwrite: replace an earlier run in ``run_dir`` (only what that run wrote is removed).
         dist: this process's place in a DDP run (default: a single process).
         progress: ``auto`` (bars in a terminal, log lines elsewhere), ``bar``, ``lines`` or ``off``.
         events: who hears about metrics, figures and the report.
@@ -132,6 +138,11 @@ class Pipeline:
                             inputs=TensorInputs(images))
         scores = pipeline.run(multicrop_batches)      # importance, search, splits
         models = pipeline.export([Budget(flops=0.5)])  # cut (correct, evaluate) each budget
+
+        with Pipeline(model, settings, inputs=TensorInputs(images), run_dir="runs/mine") as pipeline:
+            pipeline.run(multicrop_batches)            # the folder is taken (and checked) before any work
+            pipeline.export()                          # scores, models, progress written there
+            pipeline.report()
     """
 
     def __init__(
@@ -142,7 +153,8 @@ class Pipeline:
         spec: Optional[BackboneSpec] = None,
         inputs: Optional[StageInputs] = None,
         seg_datamodule: Any = None,
-        run_dir: Optional[str | Path] = None,
+        run_dir: Optional[str | Path | RunFolder] = None,
+        overwrite: bool = False,
         dist: Optional[Distributed] = None,
         progress: ProgressMode | bool = "auto",
         events: Optional[RunEvents] = None,
@@ -152,7 +164,9 @@ class Pipeline:
         self.spec = spec or BackboneSpec(_architecture_name(model), pretrained=False)
         self.inputs = inputs or StageInputs()
         self.seg_datamodule = seg_datamodule
-        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.folder = run_dir if isinstance(run_dir, RunFolder) or run_dir is None else RunFolder(
+            run_dir, overwrite, self.settings.export.scores_file, hints=FolderHints("run_dir", "pass overwrite=True"))
+        self.run_dir = None if self.folder is None else self.folder.path
         self.dist = dist or Distributed()
         self.progress = progress
         self.events = events or RunEvents()
@@ -171,6 +185,32 @@ class Pipeline:
         self.resumed = False  # load_state_dict continued an interrupted run
         self._scorer: Optional[Scorer] = None  # the importance pass's scorer, bound to the model (start_importance)
         self._data_context: dict[str, Any] = {}  # what the data tells the scorer (use_datamodule)
+
+    # -- the run folder --------------------------------------------------------------------------------------
+    def hold_folder(self) -> None:
+        """Take the run folder (created, locked, checked: :class:`RunFolder`) before the run works or writes there;
+        a no-op when it is held already (by this pipeline, ``prune.py`` or a :class:`PruningModule`), on processes
+        other than the first, and without a run folder.
+
+        Raises:
+            ConfigError: the folder is in use by another run, or holds what this run may not replace.
+        """
+        if self.folder is not None and not self.folder.held and self.dist.is_main:
+            self.folder.resume = self.folder.resume or self.resumed
+            self.folder.open()
+
+    def close(self) -> None:
+        """Give the run folder up (what was written stays); a later write takes it again."""
+        if self.folder is not None:
+            self.folder.close()
+
+    def __enter__(self) -> "Pipeline":
+        self.hold_folder()
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        # a run that failed before it saved any progress leaves nothing behind
+        self.folder.abandon() if self.folder is not None and kind is not None else self.close()
 
     # -- shared by the stages --------------------------------------------------------------------------------
     @property
@@ -365,6 +405,7 @@ class Pipeline:
         self._begin("importance")
         if self.completed("importance"):
             return
+        self.hold_folder()  # before any work: a folder this run may not write in is refused now
         scorer = self._scorer = self.settings.importance.scorer.accumulator(self.model, self.scoring_context())
         total = None if batches is None else batches * scorer.passes
         bar = Progress("importance", total, self._show() if scorer.requires_data else "off", unit="batch")
@@ -485,6 +526,7 @@ class Pipeline:
             self.state.timings.add("splits", time.perf_counter() - started)
         scores = self.elastic_scores()
         if self.run_dir is not None and self.dist.is_main:
+            self.hold_folder()
             scores.save(self.run_dir / s.export.scores_file)
             self.state.scores_file = s.export.scores_file
         self._end("splits")
@@ -526,6 +568,7 @@ class Pipeline:
         # then the models (and the dense evaluation) shared across ranks by their cost
         resolved = [resolved_model(b, scores, cost, s.export.mlp_multiple) for b in budgets]
         flops = [item.flops / cost.dense_flops for item in resolved]
+        self.hold_folder()
         if models_dir is None and self.run_dir is not None and s.export.save_models:
             models_dir = self.run_dir / "models"
         if models_dir is not None and not overwrite:  # on every rank, before any work
@@ -595,6 +638,7 @@ class Pipeline:
         if any(b.latency is not None for b in budgets):
             if cost.latency is None and self.dist.is_main:
                 e = self.settings.export
+                self.hold_folder()
                 cache = e.latency_table or (None if self.run_dir is None else self.run_dir / "latency_table.json")
                 cost.latency = latency_table(self.model, e.latency_batch_size, e.latency_device or device or self.device,
                                              cache, mlp_multiple=e.mlp_multiple)
@@ -609,6 +653,7 @@ class Pipeline:
         if self.run_dir is None or not self.dist.is_main:
             self._end("report")
             return {}
+        self.hold_folder()
         s = self.settings.report
         self.state.not_run = [stage for stage in STAGES[:-1] if not self.completed(stage)]
         self.state.timings.total_s = self.state.elapsed()
@@ -726,6 +771,7 @@ class Pipeline:
     def save_progress(self) -> None:
         """Write the run's progress to ``<run_dir>/resume_state.pt`` (rank 0; nothing without a run directory)."""
         if self.run_dir is not None and self.dist.is_main:
+            self.hold_folder()
             save_resume_state(self.run_dir, self.state_dict())
 
 

@@ -37,14 +37,14 @@ from .state import ExtractedModel, Timings
 log = logging.getLogger(__name__)
 
 #: Printed (and written into the report) when a run's models are not corrected.
-CORRECTION_HINT = ("the pruned models are not corrected: --correction.enabled true corrects each one (seconds per model "
-                   "on a GPU, minutes at full size on a CPU; auto: only on accelerators), worth the most where pruning "
+CORRECTION_HINT = ("the pruned models are not corrected: correction enabled corrects each one (prune.py: "
+                   "--correction.enabled true; Python: CorrectionSettings(enabled=True); seconds per model on a GPU, minutes at full size on a CPU; auto: only on accelerators), worth the most where pruning "
                    "costs the most accuracy (the documentation site, page 'The method', section 4)")
 
 
 #: The hint when the scores were ranked for corrected models (``GaussNewtonGreedy(correction_aware=True)``).
 CORRECTION_AWARE_HINT = ("the scores were ranked for corrected models (the scorer's correction_aware: true) but the "
-                         "pruned models are not corrected: --correction.enabled true corrects each one, or rank "
+                         "pruned models are not corrected: correction enabled (--correction.enabled true) corrects each one, or rank "
                          "without correction_aware")
 
 

@@ -13,17 +13,21 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 import torch
 
-from ..errors import CheckpointError, DataError, field_error
+from ..errors import CheckpointError, ConfigError, DataError, field_error
 from ..io import atomic_path, sha256_file, verify_checksum, with_checksum, write_bytes
 from ..models.loading import UNREADABLE_CHECKPOINT
 
 RESUME_FILE = "resume_state.pt"
 CONFIG_FILE = "config.yaml"
 _CONFIG_KEY = "config_sha256"
+#: Settings a resumed run may change (``prune.py``'s keys): they change how the run reports, not what it computes.
+SAFE_RESUME_OVERRIDES = ("config", "verbose", "resume", "overwrite", "out_dir", "progress", "trainer.enable_progress_bar",
+                         "trainer.default_root_dir", "trainer.logger", "report.print_table", "report.plots")
+
 
 
 def save_resume_state(run_dir: str | Path, state: dict[str, Any]) -> None:
@@ -178,3 +182,23 @@ def has_progress(run_dir: str | Path) -> bool:
     except CheckpointError:
         return False
     return state.get("local") is not None or state.get("search") is not None
+
+
+def changed_settings(saved: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """The settings (flat ``group.key`` names) of ``given`` that differ from the interrupted run's ``saved`` ones,
+    :data:`SAFE_RESUME_OVERRIDES` excepted."""
+    safe = lambda key: any(key == s or key.startswith(s + ".") for s in SAFE_RESUME_OVERRIDES)  # noqa: E731
+    return sorted(k for k in set(saved) | set(given) if not safe(k) and saved.get(k) != given.get(k))
+
+
+def check_unchanged(saved: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Refuse to resume a run with settings that change what it computes (:func:`changed_settings`).
+
+    Raises:
+        ConfigError: naming the first five such settings.
+    """
+    changed = changed_settings(saved, given)
+    if changed:
+        shown = ", ".join(f"--{key}" for key in changed[:5]) + (" ..." if len(changed) > 5 else "")
+        raise ConfigError(f"--resume keeps the interrupted run's settings, but {shown} would change what it computes; "
+                          "resume without these overrides, or start a new run (another --out_dir) with them")

@@ -60,9 +60,10 @@ def clear_run_dir(out_dir: Path, scores_file: str) -> None:
 class RunFolder:
     """A pruning run's folder, held while the run writes in it: created, locked (one run at a time, whatever the
     timing), refused when it holds another run's results, an interrupted run or files of the user's (unless
-    ``overwrite``: then what the earlier run wrote is removed first, and nothing else), released on every exit path.
-    ``prune.py`` and a hand-composed Trainer (:class:`snapvit_pl.lightning.PruningModule`) hold their folders
-    through it.
+    ``overwrite``: then what the earlier run wrote is removed first, and nothing else), released on every exit path;
+    a run that fails before it saved any progress leaves nothing behind (:meth:`abandon`). ``prune.py``, a
+    :class:`~snapvit_pl.pipeline.Pipeline` given a run folder and a hand-composed Trainer
+    (:class:`snapvit_pl.lightning.PruningModule`) hold their folders through it.
 
     Args:
         path: the folder.
@@ -83,10 +84,12 @@ class RunFolder:
             Path(path), overwrite, scores_file, resume, hints
         self.created = False
         self._lock: Optional[DirectoryLock] = None
+        self._before: Optional[set[str]] = None  # what the folder held once this run had it (open)
+        self._ours = False  # opened once: the folder is this run's, taking it again checks nothing
 
     def check(self) -> None:
         """Refuse now what :meth:`open` would refuse (nothing is created or taken)."""
-        if not self.resume:
+        if not (self.resume or self._ours):
             check_run_folder(self.path, self.overwrite, self.scores_file, hints=self.hints)
 
     def open(self) -> "RunFolder":
@@ -96,14 +99,17 @@ class RunFolder:
         Raises:
             ConfigError: the folder is in use, or holds what this run may not replace (the lock is given back).
         """
-        self.created = not self.path.exists()
+        if not self._ours:
+            self.created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         try:
             self._lock = DirectoryLock(self.path, self.hints.folder).acquire()
-            if not self.resume:
+            if not (self.resume or self._ours):
                 check_run_folder(self.path, self.overwrite, self.scores_file, locked=True, hints=self.hints)
                 if self.overwrite and not self.created:
                     clear_run_dir(self.path, self.scores_file)
+                self._before = set() if self.created else {p.name for p in self.path.iterdir()} - {DirectoryLock.FILE}
+            self._ours = True
         except BaseException:
             self.close()
             if self.created:  # a folder this call made stays only if another run uses it (its lock file is in it)
@@ -124,8 +130,29 @@ class RunFolder:
             self._lock.release()
             self._lock = None
 
+    def abandon(self) -> bool:
+        """The run failed: give the folder up and, unless it saved progress a resume continues from, remove what it
+        wrote (the folder too, when this run made it). Returns whether progress was kept."""
+        from .resume import has_progress
+
+        held = self.held
+        self.close()
+        if not held:  # never this run's (refused, or another run holds it): nothing to undo
+            return False
+        if has_progress(self.path):
+            return True
+        if self._before is None:  # (the folder of a run this one continues: nothing of it is undone)
+            return False
+        if self.created:
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            for path in self.path.iterdir():
+                if path.name not in self._before and path.name != DirectoryLock.FILE:
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        return False
+
     def __enter__(self) -> "RunFolder":
         return self.open()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        self.abandon() if kind is not None else self.close()

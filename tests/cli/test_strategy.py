@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from snapvit_pl.cli.prune import check_trainer_options, processes_per_node, pruning_strategy
+from snapvit_pl.cli.prune import check_trainer_options
 from snapvit_pl.errors import ConfigError
-from snapvit_pl.lightning.strategy import PruningDDPStrategy
+from snapvit_pl.lightning.strategy import PruningDDPStrategy, processes_per_node, pruning_strategy
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ DEFAULTS = {"max_epochs": 1, "limit_train_batches": None, "fast_dev_run": False,
 
 
 @pytest.mark.parametrize("key, value, hint", [("limit_train_batches", 0.5, "max_samples"), ("fast_dev_run", True, "quick"),
-                                              ("max_time", "00:00:01:00", "search.max_time"), ("max_epochs", 0, "one pass"),
+                                              ("max_time", "00:00:01:00", "search.max_time"), ("max_epochs", 0, "one epoch over the data"),
                                               ("accumulate_grad_batches", 4, "nothing accumulates")])
 def test_trainer_options_the_pipeline_does_not_honour_are_refused(key, value, hint):
     check_trainer_options(dict(DEFAULTS), DEFAULTS)  # the defaults, as a recorded config holds them, pass

@@ -2,7 +2,10 @@
 in a plain ``pl.Trainer``, no ``prune.py`` wiring. Imported by test_composition.py; run as a program (the two-process
 case: Lightning starts the second process by running this file again):
 
-    python tests/lightning/compose.py OUT_DIR DEVICES [--without CALLBACK] [--reader]
+    python tests/lightning/compose.py OUT_DIR DEVICES [--without CALLBACK] [--reader] [--plain] [--wait]
+
+``--plain``: a Trainer with Lightning's defaults (its checkpoint callback, model summary, progress bar, logger);
+``--wait``: print ``ready`` once set up and start on a line read from stdin (two runs started in the same instant).
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ class ScoresReader(pl.Callback):
 
 
 def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, reader: bool = False,
-            overwrite: bool = False) -> PruningModule:
+            overwrite: bool = False, plain: bool = False, wait: bool = False) -> PruningModule:
     """Build and fit the composed run; returns the module (its pipeline holds what each stage made)."""
     pl.seed_everything(0)
     module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
@@ -63,9 +66,13 @@ def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, read
     if reader:
         callbacks.append(ScoresReader(out_dir))
     strategy: Any = PruningDDPStrategy() if devices > 1 else "auto"
-    trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, callbacks=callbacks, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         use_distributed_sampler=False, max_epochs=1)
+    quiet = {} if plain else {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+                              "enable_model_summary": False}
+    trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, callbacks=callbacks,
+                         use_distributed_sampler=False, max_epochs=1, **quiet)
+    if wait:
+        print("ready", flush=True)
+        sys.stdin.readline()
     trainer.fit(module, datamodule=data)
     return module
 
@@ -73,4 +80,4 @@ def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, read
 if __name__ == "__main__":
     args = sys.argv[1:]
     without = args[args.index("--without") + 1] if "--without" in args else None
-    compose(Path(args[0]), int(args[1]), without, "--reader" in args)
+    compose(Path(args[0]), int(args[1]), without, "--reader" in args, plain="--plain" in args, wait="--wait" in args)

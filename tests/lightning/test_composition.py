@@ -89,9 +89,12 @@ def test_two_processes_make_the_single_process_scores(prune_py, tmp_path):
 @pytest.mark.parametrize("options, message", [
     ({"strategy": "ddp"}, r"Trainer\(strategy=DDPStrategy\): .* pass strategy=snapvit_pl.lightning.strategy.PruningDDPStrategy"),
     ({"precision": "bf16-mixed"}, r"Trainer\(precision='bf16-mixed'\): each pruning stage picks its own precision"),
-    ({"fast_dev_run": True}, r"Trainer\(fast_dev_run=True\) scores one batch .* fewer \(max_samples\)"),
-    ({"overfit_batches": 1}, r"Trainer\(overfit_batches=1\) scores a few batches"),
-    ({"limit_train_batches": 2}, r"Trainer\(limit_train_batches=2\) scores a share of the images"),
+    ({"fast_dev_run": True}, r"Trainer\(fast_dev_run=True\): scores a share of the images .* fewer images \(max_samples\)"),
+    ({"overfit_batches": 1}, r"Trainer\(overfit_batches=1\): scores a share of the images"),
+    ({"limit_train_batches": 2}, r"Trainer\(limit_train_batches=2\): scores a share of the images"),
+    ({"max_steps": 3}, r"Trainer\(max_steps=3\): scores a share of the images"),
+    ({"accumulate_grad_batches": 2}, r"Trainer\(accumulate_grad_batches=2\): a pruning run trains nothing .* nothing "
+                                     r"accumulates"),
 ])
 def test_trainer_settings_no_stage_can_honour_are_one_error(options, message):
     from compose import MODEL_KWARGS
@@ -193,3 +196,65 @@ def test_validate_test_and_a_second_fit_are_refused_in_the_project_s_words_and_f
             run(module, datamodule=data)
     with pytest.raises(ConfigError, match="run is finished .*configure_pipeline"):
         trainer.fit(module, datamodule=data)
+
+
+def test_a_composed_run_on_lightning_s_defaults_is_as_quiet_as_prune_py_and_checkpoints_nothing(tmp_path):
+    """Issue 53: a composed run printed what prune.py does not (no optimiser, no validation_step, modules in eval
+    mode, the litlogger tip, the model summary, an epoch bar after the report); Lightning's default checkpoint wrote
+    nothing and said nothing. Only what Lightning prints while the Trainer is built (before the module sees it) is
+    left, and no checkpoint is made."""
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "lightning" / "compose.py"), str(tmp_path / "run"), "1",
+                           "--plain"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Lightning's lines in pl.Trainer(...), and the script's own pl.seed_everything
+    built = ("GPU available", "TPU available", "HPU available", "Seed set to")
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert [line for line in lines if not line.startswith(built)] == []
+    assert (tmp_path / "run" / "report.json").exists() and not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_a_model_checkpoint_of_the_user_s_is_refused_at_setup_and_lightning_s_default_is_taken_out():
+    from compose import MODEL_KWARGS
+    from pytorch_lightning.callbacks import ModelCheckpoint, ModelSummary
+
+    module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
+    mine = ModelCheckpoint(save_last=True, every_n_epochs=1)
+    module.trainer = pl.Trainer(accelerator="cpu", logger=False, callbacks=[*[c() for c in STAGE_CALLBACKS], mine])
+    with pytest.raises(ConfigError, match="ModelCheckpoint on a PruningModule: a pruning run has nothing to checkpoint"):
+        module.setup("fit")
+    module.trainer = trainer = pl.Trainer(accelerator="cpu", logger=False, callbacks=[c() for c in STAGE_CALLBACKS])
+    assert trainer.checkpoint_callback is not None and any(isinstance(c, ModelSummary) for c in trainer.callbacks)
+    module.setup("fit")
+    module.teardown("fit")
+    assert trainer.checkpoint_callback is None and trainer.progress_bar_callback is None
+    assert not any(isinstance(c, ModelSummary) for c in trainer.callbacks)
+
+
+def test_the_trainer_options_prune_py_refuses_a_composed_trainer_refuses_in_the_same_words():
+    from compose import MODEL_KWARGS
+
+    from snapvit_pl.lightning.trainer_policy import check_options
+
+    for option, value in [("fast_dev_run", True), ("limit_train_batches", 2), ("accumulate_grad_batches", 2)]:
+        module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
+        module.trainer = pl.Trainer(accelerator="cpu", logger=False, **{option: value})
+        with pytest.raises(ConfigError) as composed:
+            module.setup("fit")
+        with pytest.raises(ConfigError) as cli:
+            check_options({option: value}, {}, cli=True)
+        assert str(composed.value).split(": ", 1)[1] == str(cli.value).split(": ", 1)[1]
+        assert str(composed.value).startswith(f"Trainer({option}=") and str(cli.value).startswith(f"--trainer.{option} ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", range(2))
+def test_two_composed_runs_started_together_on_one_new_folder_one_runs_the_other_is_refused(tmp_path, pair):
+    from together import run_together
+
+    run = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "tests" / "lightning" / "compose.py"), str(run), "1", "--wait"]
+    results = run_together([command, command], cwd=tmp_path)
+    assert sorted(code == 0 for code, _ in results) == [False, True], [err[-2000:] for _, err in results]
+    refused = next(err for code, err in results if code != 0)
+    assert "ConfigError" in refused and ("in use by another run" in refused or "already holds results" in refused)
+    assert json.loads((run / "report.json").read_text())["pruned"] and not (run / ".lock").exists()

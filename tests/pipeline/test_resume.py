@@ -43,6 +43,7 @@ def test_a_resumed_pipeline_continues_to_the_uninterrupted_result(model, tmp_pat
     partial = _pipeline(model, tmp_path / "run", evaluations=4)  # an interrupted run: 4 of 8 evaluations
     partial.importance([])
     partial.search()
+    partial.close()  # (interrupted: its process gave the folder up)
     state = load_resume_state(tmp_path / "run")
     state["timings"]["scoring_s"] = 12.5
     resumed = _pipeline(model, tmp_path / "run", evaluations=8)
@@ -66,6 +67,7 @@ def test_a_resumed_run_reports_what_the_scorer_chose_as_the_uninterrupted_run_do
     uninterrupted = pipeline(tmp_path / "run")
     uninterrupted.importance([torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))])
     assert uninterrupted.state.method["scorer"]["gram_used"] == "full"
+    uninterrupted.close()
     resumed = pipeline(tmp_path / "run")
     resumed.load_state_dict(load_resume_state(tmp_path / "run"))
     assert resumed.completed("importance") and resumed.state.method == uninterrupted.state.method
@@ -108,8 +110,9 @@ def test_a_damaged_resume_state_is_refused(model, tmp_path):
 
 
 def test_a_resume_refuses_a_config_edited_since_the_run_started(model, tmp_path):
-    (tmp_path / "config.yaml").write_text("search:\n  max_evaluations: 4\n")
     pipeline = _pipeline(model, tmp_path)
+    pipeline.hold_folder()  # as prune.py does: the folder taken, then its config written
+    (tmp_path / "config.yaml").write_text("search:\n  max_evaluations: 4\n")
     pipeline.importance([])
     assert load_resume_state(tmp_path)["local"] is not None
     (tmp_path / "config.yaml").write_text("search:\n  max_evaluations: 5\n")
