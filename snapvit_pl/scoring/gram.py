@@ -169,6 +169,19 @@ class BlockRowGram:
         flat = state["gram"]
         return flat[self.maps(flat.device)["diagonal"]]
 
+    def dense(self, state: dict[str, Tensor]) -> Tensor:
+        """The whole Gram ``[U, U]``, each row holding exactly what :meth:`row_adder` adds for its unit: its own block
+        row's entries from its block on, and its column of every earlier block row (zeros outside its block without
+        ``cross_block``)."""
+        flat = state["gram"]
+        dense = torch.zeros(self.units, self.units, dtype=flat.dtype, device=flat.device)
+        for i, (lo, hi) in enumerate(zip(self.offsets, self.offsets[1:])):
+            row = self.block_row(state, i)
+            dense[lo:hi, lo:lo + row.shape[1]] = row
+            if self.cross_block:
+                dense[hi:, lo:hi] = row[:, hi - lo:].T
+        return dense
+
     def row_adder(self, state: dict[str, Tensor]) -> Callable[[Tensor, Tensor], None]:
         """``add(cross, units)``: ``cross += sum_{u in units} G[u]``, in fixed-shape operations (no host
         synchronisation)."""
@@ -287,12 +300,23 @@ def _sortable_keys(values: Tensor) -> Tensor:
     return bits * (1 << _INDEX_BITS) + torch.arange(values.numel(), device=values.device)
 
 
+#: On a CPU, where reading a value back costs nothing, each greedy step first takes the ``size`` lowest keys of all
+#: units (one top-k) and keeps them when no group gives more than it may, the common case, in which they are exactly
+#: what the capped pick below chooses; else it makes that pick. ``benchmarks/greedy_cost.py`` times both.
+CPU_SHORTCUT = True
+
+
 def _lowest(delta: Tensor, size: int, groups: Segments, left: Tensor, group: Tensor) -> tuple[Tensor, Tensor]:
     """``(units, all finite)``: the ``size`` units with the lowest ``delta`` (ties: the lower index first, as a
     stable sort), in that order, taking at most ``left[g]`` of group ``g`` (the segments of ``groups``; ``group``:
-    each unit's); fixed shapes, no host synchronisation."""
+    each unit's); fixed shapes, no host synchronisation (but for :data:`CPU_SHORTCUT`'s check on a CPU)."""
     if delta.dtype == torch.float32 and delta.numel() < 2 ** _INDEX_BITS:
         keys = _sortable_keys(delta)
+        if CPU_SHORTCUT and delta.device.type == "cpu":
+            chosen = torch.topk(keys, size, largest=False).values  # sorted: the removal order
+            units = chosen % (1 << _INDEX_BITS)
+            if bool((torch.bincount(group[units], minlength=left.numel()) <= left).all()):
+                return units, (chosen < _FINITE_KEYS).all()
         # a group gives at most ``size`` units to a step: its ``size`` lowest, of which its first ``left`` may go
         candidates = []
         for ids, index in groups.classes:
@@ -305,6 +329,50 @@ def _lowest(delta: Tensor, size: int, groups: Segments, left: Tensor, group: Ten
     delta = torch.where(groups.ranks(delta) < left[group], delta, torch.inf)
     chunk = torch.argsort(delta, stable=True)[:size]
     return chunk, torch.isfinite(delta[chunk]).all()
+
+
+def _no_finite(count: int) -> str:
+    return (f"gn_greedy: fewer than {count} units have a finite removal increment (a non-finite Gram or a unit without "
+            "parameters); check the scoring images and the model's weights")
+
+
+#: Up to this many units (a Gram of 256 MiB in float32) a CPU's greedy of one unit per step reads whole rows of the
+#: Gram laid out densely (:func:`_one_by_one`).
+DENSE_UNITS = 8192
+
+
+def _one_by_one(dense: Tensor, diag: Tensor, cost: Tensor, group: Tensor, removable: Tensor, count: int,
+                cross_weight: float, alive: Optional[Tensor]) -> Tensor:
+    """:func:`greedy_order` with one unit per step on a CPU (:data:`CPU_SHORTCUT`): the same increments, computed
+    the same way, the lowest taken by ``argmin`` (its first index on ties, as the stable sort), the group caps kept
+    in Python, a unit's interactions added as one row of the dense Gram; the same order, with a few operations per
+    step instead of dozens."""
+    total = diag.numel()
+    groups = group.tolist()
+    left = removable.tolist()
+    first = {}
+    for u, g in enumerate(groups):
+        first.setdefault(g, u)
+    ends = {g: first[g] + n for g, n in enumerate(torch.bincount(group, minlength=len(left)).tolist()) if g in first}
+    allowed = torch.ones(total, dtype=torch.bool) if alive is None else alive.clone()
+    for g, n in enumerate(left):
+        if n <= 0 and g in first:
+            allowed[first[g]:ends[g]] = False
+    cross = torch.zeros(total, dtype=diag.dtype)
+    order = []
+    for _ in range(count):
+        delta = torch.where(allowed, (diag + 2 * cross_weight * cross) / cost, torch.inf)
+        u = int(torch.argmin(torch.nan_to_num(delta, nan=torch.inf)))
+        if not math.isfinite(float(delta[u])):
+            raise GreedyError(_no_finite(count))
+        order.append(u)
+        allowed[u] = False
+        g = groups[u]
+        left[g] -= 1
+        if left[g] == 0:
+            allowed[first[g]:ends[g]] = False
+        cross += dense[u]
+    return torch.tensor(order, dtype=torch.long)
 
 
 def greedy_order(gram: BlockRowGram, state: dict[str, Tensor], cost: Tensor, group: Tensor, removable: Tensor,
@@ -338,6 +406,11 @@ def greedy_order(gram: BlockRowGram, state: dict[str, Tensor], cost: Tensor, gro
     total = diag.numel()
     if offset is not None:
         diag = diag + offset.to(device=device, dtype=dtype)
+    if (CPU_SHORTCUT and device.type == "cpu" and per_step == 1 and type(gram) is BlockRowGram
+            and total <= DENSE_UNITS and dtype == torch.float32):
+        dense = gram.dense(state)
+        if bool(torch.isfinite(dense).all()):
+            return _one_by_one(dense, diag, cost.to(dtype), group, removable, count, cross_weight, alive)
     group = group.to(device)
     left = removable.to(device=device, dtype=torch.long).clone()
     cost = cost.to(device=device, dtype=dtype)
@@ -358,8 +431,7 @@ def greedy_order(gram: BlockRowGram, state: dict[str, Tensor], cost: Tensor, gro
         add_rows(cross, chunk)
         done += size
     if bool(failed):  # the one host synchronisation of the order
-        raise GreedyError(f"gn_greedy: fewer than {count} units have a finite removal increment (a non-finite Gram or "
-                          "a unit without parameters); check the scoring images and the model's weights")
+        raise GreedyError(_no_finite(count))
     return order
 
 

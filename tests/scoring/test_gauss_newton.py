@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from snapvit_pl.device import HostSyncs
-from snapvit_pl.scoring import GaussNewtonGreedy
+from snapvit_pl.scoring import GaussNewtonGreedy, gram
 from snapvit_pl.scoring.gram import (
     BlockRowGram, GreedyError, LowRankGram, Segments, _lowest, greedy_order, greedy_positions,
 )
@@ -29,10 +29,12 @@ def synthetic(form: str, blocks: int = 3, heads: int = 4, neurons: int = 24, dty
 
 
 @pytest.mark.parametrize("form", ["full", "block", "lowrank"])
-def test_the_greedy_order_syncs_a_constant_number_of_times_not_once_per_step(form):
+def test_the_greedy_order_syncs_a_constant_number_of_times_not_once_per_step(form, monkeypatch):
     """The host waits for the device a fixed number of times per order (index maps, the final check and copy), the
     same for 3 steps and for 69: a synchronisation inside the loop (``int(t)``, ``.item()``, a boolean mask,
-    ``bincount``, ``.cpu()``, ``nonzero``) makes the counts differ and fails this test."""
+    ``bincount``, ``.cpu()``, ``nonzero``) makes the counts differ and fails this test. (Counted on the path an
+    accelerator takes: the CPU's shortcut reads a value back each step, which costs nothing there.)"""
+    monkeypatch.setattr(gram, "CPU_SHORTCUT", False)
     counts = []
     for steps in (3, 69):
         layout, state, cost, group, removable = synthetic(form)
@@ -68,10 +70,12 @@ def test_update_waits_for_the_device_once_per_batch():
     assert set(metrics) == {"drift_per_head", "drift_per_neuron"} and all(math.isfinite(v) for v in metrics.values())
 
 
+@pytest.mark.parametrize("shortcut", [True, False])
 @pytest.mark.parametrize("trial", range(20))
-def test_the_lowest_units_with_group_caps_are_those_a_stable_sort_picks(trial):
+def test_the_lowest_units_with_group_caps_are_those_a_stable_sort_picks(trial, shortcut, monkeypatch):
     """float32 increments with ties, negative zeros, negatives and infinities: the chosen units and their order are
     a stable sort's (value, then index), at most ``left[g]`` of group ``g``."""
+    monkeypatch.setattr(gram, "CPU_SHORTCUT", shortcut)
     generator = torch.Generator().manual_seed(trial)
     sizes = [3, 9, 3, 9, 5]
     values = torch.randint(-3, 4, (sum(sizes),), generator=generator).float() / 2
@@ -92,6 +96,20 @@ def test_the_lowest_units_with_group_caps_are_those_a_stable_sort_picks(trial):
         assert bool(finite) == complete
         if complete:
             assert chunk.tolist() == expected
+
+
+@pytest.mark.parametrize("form", ["full", "block", "lowrank"])
+def test_the_cpu_shortcut_gives_the_order_of_the_capped_pick(form, monkeypatch):
+    """Issue 51: the CPU's shortcuts (an uncapped top-k, kept when no group exceeds what it may lose; one unit per
+    step read from the dense Gram) change no order, with the caps binding (few removable units) and not."""
+    for scale, steps in [(1, 23), (3, 23), (1, 10**6), (3, 10**6)]:  # 10**6 steps: one unit per step
+        layout, state, cost, group, removable = synthetic(form)
+        removable = removable // scale
+        orders = []
+        for shortcut in (True, False):
+            monkeypatch.setattr(gram, "CPU_SHORTCUT", shortcut)
+            orders.append(greedy_positions(layout, state, cost, group, removable, steps, 0.5))
+        assert torch.equal(orders[0], orders[1]), (scale, steps)
 
 
 @pytest.mark.parametrize("form", ["full", "lowrank"])
