@@ -7,6 +7,7 @@ the order of :data:`snapvit_pl.pipeline.STAGES`; each callback is optional (its 
 """
 from .export import ExportCallback
 from .importance import ImportanceCallback
+from .learning_rate import LearningRateCallback
 from .report import ReportCallback
 from .save_pruned import SavePrunedCallback
 from .search import SearchCallback
@@ -15,5 +16,5 @@ from .splits import SplitsCallback
 #: One callback per stage, in the pipeline's order (the stages run in that order whatever the list's).
 STAGE_CALLBACKS = (ImportanceCallback, SearchCallback, SplitsCallback, ExportCallback, ReportCallback)
 
-__all__ = ["ExportCallback", "ImportanceCallback", "ReportCallback", "STAGE_CALLBACKS", "SavePrunedCallback",
+__all__ = ["ExportCallback", "ImportanceCallback", "LearningRateCallback", "ReportCallback", "STAGE_CALLBACKS", "SavePrunedCallback",
            "SearchCallback", "SplitsCallback"]

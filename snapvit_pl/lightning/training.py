@@ -40,6 +40,22 @@ def adamw(modules: Iterable[nn.Module], lr: float, weight_decay: float) -> torch
                               {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}], lr=lr)
 
 
+def learning_rates(optimizers: Iterable[torch.optim.Optimizer]) -> dict[str, float]:
+    """The learning rates to log, one per distinct value: ``lr-<Optimizer>`` when all of an optimizer's parameter
+    groups share one (the weight-decay split of :func:`adamw`), else ``lr-<Optimizer>/<group>`` for the first group of
+    each value (its ``name``, or ``pg<i>`` as Lightning's monitor numbers them)."""
+    rates: dict[str, float] = {}
+    for optimizer in optimizers:
+        prefix = f"lr-{type(optimizer).__name__}"
+        groups = [(g.get("name", f"pg{i + 1}"), float(g["lr"])) for i, g in enumerate(optimizer.param_groups)]
+        distinct = dict((lr, name) for name, lr in reversed(groups))  # value -> its first group's name
+        if len(distinct) == 1:
+            rates[prefix] = groups[0][1]
+        else:
+            rates.update({f"{prefix}/{name}": lr for lr, name in sorted(distinct.items(), key=lambda i: i[1])})
+    return rates
+
+
 def warmup_cosine(step: int, total: int, warmup: int, floor: float) -> float:
     """Multiplier of the peak value at ``step``: linear warm-up over ``warmup`` steps, then cosine from 1 to
     ``floor`` at ``total``."""
