@@ -73,6 +73,11 @@ def records(path: Path) -> list[Optional[dict[str, Any]]]:
     files = FILES.match(lines[-2]) if len(lines) > 1 else None
     if files is not None:
         record["files"] = json.loads(files[1])
+    elif path.with_suffix(".json").is_file():  # written with its JSON by one run: the files that run used
+        sibling = json.loads(path.with_suffix(".json").read_text()).get("provenance") or {}
+        same = all(sibling.get(key) == record[key] for key in ("command", "config_digest"))
+        if same and str(sibling.get("commit", "")).startswith(record["commit"]) and sibling.get("files"):
+            record["files"] = sibling["files"]
     return [record]
 
 

@@ -153,6 +153,19 @@ def test_a_markdown_only_results_file_keeps_its_used_files_in_a_comment(tmp_path
     assert "benchmarks/common.py" in record["files"] and record["recorded"] == "run"
 
 
+def test_a_markdown_file_written_with_its_json_is_judged_by_the_files_that_run_used(tmp_path):
+    """Issue 51: a results Markdown file whose JSON sibling one run wrote with it is judged by the files the JSON
+    records (it was judged by the commits: any later change to any measured code staled it); another run's JSON
+    beside it lends it nothing."""
+    common.write_results(tmp_path / "r", {"x": 1}, "# table\n", {"seeds": "0"})
+    md, js = records(tmp_path / "r.md")[0], records(tmp_path / "r.json")[0]
+    assert md["files"] == js["files"] and "benchmarks/common.py" in md["files"]
+    report = json.loads((tmp_path / "r.json").read_text())
+    report["provenance"]["command"] += " --other"
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    assert "files" not in records(tmp_path / "r.md")[0]
+
+
 def test_a_shallow_clone_is_an_error_of_the_check_not_a_pass(monkeypatch):
     import benchmarks.provenance as provenance
 
