@@ -180,17 +180,35 @@ class HostSyncs:
             greedy_order(...)
         assert syncs.count <= 2, syncs.operators
 
+    With ``device``, the blocking copies *to* that device are counted too (``Tensor.to`` / ``Tensor.cuda`` naming
+    it without ``non_blocking=True``, ``torch.tensor`` / ``torch.as_tensor`` made on it): the host waits for an
+    accelerator before each. On a CPU such a copy costs nothing, so name the CPU as ``device`` to count, in a test,
+    the explicit moves a GPU would wait for (a move of a tensor already there counts as well: an upper bound).
+
     On CUDA, ``torch.cuda.set_sync_debug_mode("error")`` is the stricter check of the real device.
     """
 
     _COPIES = ("cpu", "tolist", "numpy", "item")
 
-    def __init__(self):
+    def __init__(self, device: Optional[torch.device | str] = None):
         from collections import Counter
 
         self.operators: "Counter[str]" = Counter()
+        self.device = None if device is None else torch.device(device)
         self._patched: dict[str, object] = {}
+        self._created: dict[str, object] = {}
         self._mode = None
+
+    def _is_target(self, device: object) -> bool:
+        if device is None or isinstance(device, torch.dtype):
+            return False
+        if isinstance(device, torch.Tensor):
+            device = device.device
+        try:
+            device = torch.device(device)
+        except (TypeError, RuntimeError):
+            return False
+        return device.type == self.device.type and device.index in (None, self.device.index)
 
     @property
     def count(self) -> int:
@@ -220,12 +238,42 @@ class HostSyncs:
                     counter.operators[f"Tensor.{_name}"] += 1
                 return _original(tensor, *args, **kwargs)
             setattr(torch.Tensor, method, wrapped)
+        if self.device is not None:
+            self._count_copies_to_device()
         self._mode = _Mode()
         self._mode.__enter__()
         return self
+
+    def _count_copies_to_device(self) -> None:
+        counter = self
+        for method in ("to", "cuda"):
+            original = getattr(torch.Tensor, method)
+            self._patched[method] = original
+
+            def moved(tensor, *args, _original=original, _name=method, **kwargs):
+                target = kwargs.get("device", args[0] if args else None)
+                if _name == "cuda":
+                    target = torch.device("cuda", target) if isinstance(target, int) else (target or "cuda")
+                blocking = not kwargs.get("non_blocking", any(a is True for a in args[1:]))
+                if blocking and counter._is_target(target):
+                    counter.operators[f"Tensor.{_name} (to the device)"] += 1
+                return _original(tensor, *args, **kwargs)
+            setattr(torch.Tensor, method, moved)
+        for function in ("tensor", "as_tensor"):
+            original = getattr(torch, function)
+            self._created[function] = original
+
+            def made(*args, _original=original, _name=function, **kwargs):
+                if counter._is_target(kwargs.get("device")):
+                    counter.operators[f"torch.{_name} (on the device)"] += 1
+                return _original(*args, **kwargs)
+            setattr(torch, function, made)
 
     def __exit__(self, *exc) -> None:
         self._mode.__exit__(*exc)
         for method, original in self._patched.items():
             setattr(torch.Tensor, method, original)
+        for function, original in self._created.items():
+            setattr(torch, function, original)
         self._patched.clear()
+        self._created.clear()

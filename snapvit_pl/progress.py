@@ -53,7 +53,13 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
+#: Seconds between two readings of a bar's tensor fields (each reading waits for the device).
+FIELDS_INTERVAL = 1.0
+
+
 def _format(value: Any) -> str:
+    if hasattr(value, "dim") and value.dim() == 0:  # a 0-d tensor: read here, when it is shown
+        value = float(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
@@ -101,6 +107,7 @@ class Progress:
         self.interval = interval if interval is not None else line_interval()
         self.started = time.perf_counter()
         self._last_line = self.started
+        self._last_fields = -FIELDS_INTERVAL
         self._bar = None
         if self.mode == "bar":
             from tqdm.auto import tqdm
@@ -119,7 +126,11 @@ class Progress:
         self.fields.update(fields)
         if self._bar is not None:
             self._bar.update(steps)
-            if fields:
+            # a field may be a 0-d tensor on an accelerator (a scorer's per-batch loss): reading it waits for the
+            # device, so it is read when shown, at most once per interval, never once per step
+            now = time.perf_counter()
+            if fields and (now - self._last_fields >= FIELDS_INTERVAL or not any(hasattr(v, "dim") for v in fields.values())):
+                self._last_fields = now
                 self._bar.set_postfix({k: _format(v) for k, v in self.fields.items()}, refresh=False)
         elif self.mode == "lines" and time.perf_counter() - self._last_line >= self.interval and not (
                 self.total and self.done >= self.total):  # the last step's line is close()'s

@@ -4,7 +4,9 @@ budget, without running the search again.
 The base weights are rebuilt from the spec recorded in the scores (timm hub name or local file; ``--model.*``
 overrides a field, e.g. ``--model.checkpoint_path`` for a local copy); their fingerprint must match. A cost
 budget takes the head/MLP split the pruning run chose for its kept fraction (interpolated between the
-recorded ones); the MLP width rounding is the run's unless ``--export.mlp_multiple`` says otherwise.
+recorded ones, or raced on the run's fitness images as the run would have raced it when the run's data is given:
+``--config`` of its ``config.yaml``); the MLP width rounding is the run's unless ``--export.mlp_multiple`` says
+otherwise.
 """
 from __future__ import annotations
 
@@ -93,11 +95,16 @@ def _extract(argv: list[str]) -> int:
     if settings.correction.enabled == "auto":  # where the model computes, and only with the run's data
         settings.correction.enabled = init.data is not None and settings.correction.active(next(base.parameters()).device)
     inputs = None
-    if settings.correction.enabled:
+    if init.data is not None:  # the run's images: calibration, and the fitness that races a budget's split
         inputs = DataModuleInputs(init.data)
         init.data.configure_for_model(base)
     pipeline = Pipeline.from_scores(base, scores, settings, spec=spec, inputs=inputs, progress=args.progress)
     cost = pipeline.cost
+    guessed = [b.label() for b in pipeline.unrecorded(export.budgets)]
+    if guessed and inputs is None and pipeline.settings.export.split == "fitness":
+        print(f"note: the run did not choose the head/MLP split of {', '.join(guessed)}: interpolated between the "
+              "splits it chose; give the run's data (--config runs/prune/<run>/config.yaml) to race it as the run "
+              "would have")
     for item in pipeline.export(models_dir=out_dir, overwrite=args.overwrite, evaluate_dense=False):
         latency = "" if item.latency_ms is None else \
             f", {item.latency_ms:.2f} ms measured ({item.predicted_latency_ms:.2f} predicted)"

@@ -49,6 +49,10 @@ class SplitTable:
             raise ValueError(f"split metric must be one of {METRICS}, got {metric!r}")
         self._insert(self.points.setdefault(metric, []), float(keep), float(head_ratio))
 
+    def records(self, metric: str, keep: float) -> bool:
+        """Whether a head ratio was chosen for ``metric`` at ``keep`` itself (not interpolated)."""
+        return any(abs(k - keep) <= TOLERANCE for k, _ in self.points.get(metric, []))
+
     def head_ratio(self, metric: str, keep: float) -> Optional[float]:
         """The head ratio for ``metric`` at ``keep``: recorded, interpolated, or the nearest end; None if none."""
         pairs = self.points.get(metric)

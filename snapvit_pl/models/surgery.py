@@ -81,13 +81,16 @@ def use_subnet(model: nn.Module, subnet: Subnet, blocks: Sequence[BlockUnits] | 
     blocks = blocks if blocks is not None else prunable_blocks(model)
     subnet = subnet.validate(blocks)
     undo: list[Callable[[], None]] = []
+    plan = list(_plan(blocks, subnet))
+    slots = [(group, slot, tensor) for group, _, _ in plan for slot, tensor in iter_slots(group)]
+    indices = _slot_indices(plan, slots)
     try:
-        for group, keep, is_attention in _plan(blocks, subnet):
-            for slot, tensor in iter_slots(group):
-                holder, name = _holder(group.module, slot.path)
-                store = _store(holder, name)
-                undo.append(lambda s=store, n=name, t=store[name]: s.__setitem__(n, t))
-                store[name] = tensor.index_select(slot.dim, group.index(keep, slot))
+        for (group, slot, tensor), index in zip(slots, indices):
+            holder, name = _holder(group.module, slot.path)
+            store = _store(holder, name)
+            undo.append(lambda s=store, n=name, t=store[name]: s.__setitem__(n, t))
+            store[name] = tensor.index_select(slot.dim, index)
+        for group, keep, is_attention in plan:
             for obj, attr, value in _shape_edits(group, len(keep), is_attention):
                 undo.append(lambda o=obj, a=attr, v=getattr(obj, attr): setattr(o, a, v))
                 setattr(obj, attr, value)
@@ -95,6 +98,20 @@ def use_subnet(model: nn.Module, subnet: Subnet, blocks: Sequence[BlockUnits] | 
     finally:
         for restore in reversed(undo):
             restore()
+
+
+def _slot_indices(plan: list, slots: list) -> list[torch.Tensor]:
+    """Each slot's kept indices, built on the host and copied to the model's device at once: one blocking copy per
+    sub-network (a copy per slot, about seven per block, would each wait for an accelerator)."""
+    keeps = {id(group): keep for group, keep, _ in plan}
+    devices = {tensor.device for _, _, tensor in slots}
+    if len(devices) != 1:  # tensors on several devices: each slot's indices where its tensor is
+        return [group.index(keeps[id(group)], slot) for group, slot, _ in slots]
+    (device,) = devices
+    host = [group.index(keeps[id(group)], slot, device=keeps[id(group)].device) for group, slot, _ in slots]
+    if all(index.device == device for index in host):
+        return host
+    return list(torch.cat(host).to(device).split([len(index) for index in host]))
 
 
 def _cut_(group: UnitGroup, keep: torch.Tensor, is_attention: bool) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import torch
 from torch import nn
@@ -67,9 +67,11 @@ class UnitGroup:
     unit_size: int
     slots: tuple[Slot, ...]
 
-    def index(self, keep: torch.Tensor, slot: Slot) -> torch.Tensor:
-        """Indices along ``slot.dim`` that belong to the kept units, section by section."""
-        keep = keep.to(device=_tensor(self.module, slot.path).device)
+    def index(self, keep: torch.Tensor, slot: Slot, device: Optional[torch.device] = None) -> torch.Tensor:
+        """Indices along ``slot.dim`` that belong to the kept units, section by section (on ``device``; default the
+        slot tensor's)."""
+        device = device or _tensor(self.module, slot.path).device
+        keep = keep if keep.device == device else keep.to(device=device)
         within = (keep[:, None] * self.unit_size + torch.arange(self.unit_size, device=keep.device)).flatten()
         section = self.num_units * self.unit_size
         return torch.cat([within + s * section for s in range(slot.sections)])

@@ -54,11 +54,16 @@ from .report import write_report
 from .rundir import RunFolder
 from .resume import RESUME_FILE, check_inputs, check_resume_state, save_resume_state
 from .settings import PipelineSettings
-from .splits import choose_splits, split_table
+from .splits import SplitChoice, choose_splits, split_table
 from .state import DenseModel, ExtractedModel, RunState, Timings
 
 #: The stages, in the order they run.
 STAGES = ("importance", "search", "splits", "export", "report")
+#: What elastic scores record of the export: the MLP width rounding and how the run split its cost budgets (a budget
+#: cut later from the scores, with the run's images, is raced with them: :meth:`Pipeline.from_scores`).
+RECORDED_EXPORT = ("mlp_multiple", "split", "split_candidates", "split_step", "split_images")
+#: The search settings that define the fitness (its images, their batches, its PCA), as the scores record them.
+FITNESS_SEARCH = ("num_images", "batch_size", "pca_components")
 
 
 @dataclass
@@ -210,7 +215,10 @@ class Pipeline:
 
     def __exit__(self, kind: object, *exc: object) -> None:
         # a run that failed before it saved any progress leaves nothing behind
-        self.folder.abandon() if self.folder is not None and kind is not None else self.close()
+        if self.folder is not None and kind is not None:
+            self.folder.abandon()
+        else:
+            self.close()
 
     # -- shared by the stages --------------------------------------------------------------------------------
     @property
@@ -563,6 +571,7 @@ class Pipeline:
         started = time.perf_counter()
         budgets = s.export.budgets if budgets is None else [Budget.parse(b) for b in budgets]
         cost = self._cost_for(budgets, shared=True)
+        self.race_unrecorded(budgets, cost)
         scores = self.elastic_scores()
         # every budget resolved once (a budget that cannot be met fails on every rank, before anything is written),
         # then the models (and the dense evaluation) shared across ranks by their cost
@@ -629,6 +638,31 @@ class Pipeline:
         self._end("export")
         return self.state.extracted
 
+    def unrecorded(self, budgets: Sequence[Budget], cost: Optional[CostModel] = None) -> list[Budget]:
+        """The cost budgets among ``budgets`` whose split the elastic scores do not record (cut later, they take
+        a split interpolated between the recorded ones unless :meth:`race_unrecorded` races them)."""
+        cost = cost or self.cost
+        return [b for b in budgets if (point := b.cost_point(cost)) is not None and not self._splits.records(*point)]
+
+    def race_unrecorded(self, budgets: Sequence[Budget], cost: Optional[CostModel] = None) -> list[SplitChoice]:
+        """Race the split of every cost budget the scores do not record, as a run asked for it would have (its
+        fitness images, ``split_images``, ``split_candidates`` and ``split_step``: recorded in the scores, see
+        :meth:`from_scores`), and record it; nothing without fitness images or with ``export.split: schedule``."""
+        missing = self.unrecorded(budgets, cost)
+        if not missing or self.settings.export.split != "fitness" or not self.inputs.has_fitness_images():
+            return []
+        started = time.perf_counter()
+        with eval_mode(self.model), self._peak_memory("splits"):
+            choices = choose_splits(
+                self.model, self.fitness_images(), self.elastic_scores(), missing, self.settings.search,
+                replace(self.settings.export, split_grid=0.0), cost or self.cost, self._show(), fitness=self.fitness(),
+                rank=self.dist.rank, world_size=self.dist.world_size, all_gather=self.dist.all_gather)
+        for choice in choices:
+            self._splits.add(choice.metric, choice.keep, choice.head_ratio)
+        self.state.splits = [*(self.state.splits or []), *choices]
+        self.state.timings.add("splits", time.perf_counter() - started)
+        return choices
+
     def _cost_for(self, budgets: Sequence[Budget], device: Optional[torch.device | str] = None,
                   shared: bool = False) -> CostModel:
         """The cost model, with the latency table of the target device when a budget asks for latency (measured
@@ -682,7 +716,7 @@ class Pipeline:
         search = self.state.search
         return replace(
             self._local_scores(), coefficients=None if search is None else search.coefficients,
-            settings={**self.state.method, "export": {"mlp_multiple": self.settings.export.mlp_multiple}},
+            settings={**self.state.method, "export": {k: getattr(self.settings.export, k) for k in RECORDED_EXPORT}},
             search={} if search is None else search.summary(), splits=self._splits,
         )
 
@@ -699,7 +733,9 @@ class Pipeline:
                     **options: Any) -> "Pipeline":
         """A pipeline whose importance, search and splits are those recorded in ``scores`` (e.g. to export more
         budgets later); ``model`` must hold the weights they were computed on. The keep ratios are the scores';
-        without ``settings``, so is the MLP width rounding (``export.mlp_multiple``).
+        without ``settings``, so is the MLP width rounding (``export.mlp_multiple``). With ``inputs`` holding the
+        run's images, :meth:`export` races the split of a budget the scores do not record as the run would have
+        (the fitness and split settings are the ones the scores record); without, it interpolates.
 
         Raises:
             CheckpointError: ``model`` is not the scores' base model.
@@ -708,8 +744,15 @@ class Pipeline:
         if settings is None:
             settings = PipelineSettings()
             settings.export.mlp_multiple = scores.mlp_multiple
-        settings = replace(settings, importance=replace(settings.importance, min_mlp_keep=scores.min_mlp_keep,
-                                                        min_head_keep=scores.min_head_keep))
+        # a budget the scores do not record is raced as the run raced its own: the run's fitness and split settings
+        recorded = scores.settings.get("export") or {}
+        search = scores.settings.get("search") or {}
+        settings = replace(
+            settings, importance=replace(settings.importance, min_mlp_keep=scores.min_mlp_keep,
+                                         min_head_keep=scores.min_head_keep),
+            search=replace(settings.search, **{k: search[k] for k in FITNESS_SEARCH if k in search}),
+            export=replace(settings.export, **{k: recorded[k] for k in RECORDED_EXPORT
+                                               if k in recorded and k != "mlp_multiple"}))
         spec = options.pop("spec", None) or (BackboneSpec.from_dict(scores.base) if scores.base.get("model_name") else None)
         pipeline = cls(model, settings, spec=spec, **options)
         pipeline.state.local = LocalScores(scores.head_scores, scores.neuron_scores)

@@ -18,6 +18,10 @@ class StageInputs:
         """``[N, C, H, W]`` plain images of the search's fitness (``settings.num_images`` of them at most)."""
         raise ConfigError("the search needs fitness images: pass fitness_images=[N, C, H, W] plain images")
 
+    def has_fitness_images(self) -> bool:
+        """Whether :meth:`fitness_images` has images to give."""
+        return False
+
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         """``[N, C, H, W]`` plain images for the weight correction (``settings.num_samples`` at most)."""
         raise ConfigError("the weight correction needs calibration images: pass them, or leave correction off")
@@ -50,6 +54,9 @@ class DataModuleInputs(StageInputs):
     def fitness_images(self, settings: SearchSettings) -> torch.Tensor:
         return self.datamodule.unlabeled_images(settings.num_images, settings.batch_size)
 
+    def has_fitness_images(self) -> bool:
+        return True
+
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         return self.datamodule.unlabeled_images(settings.num_samples, settings.batch_size)
 
@@ -78,6 +85,9 @@ class TensorInputs(StageInputs):
         if self.images is None:
             return super().fitness_images(settings)
         return self.images[: settings.num_images]
+
+    def has_fitness_images(self) -> bool:
+        return self.images is not None
 
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         if self.images is None:

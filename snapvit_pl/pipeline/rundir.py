@@ -155,4 +155,7 @@ class RunFolder:
         return self.open()
 
     def __exit__(self, kind: object, *exc: object) -> None:
-        self.abandon() if kind is not None else self.close()
+        if kind is not None:
+            self.abandon()
+        else:
+            self.close()

@@ -280,12 +280,27 @@ class SummedStatistics(Scorer):
         if pending is not None:
             self.load_state_dict(pending)
 
+    def _note_finite(self, finite: Tensor) -> None:
+        """Remember the first batch (1-based, counted after it) whose statistics were not finite, on the device: the
+        flag is read once per pass (:meth:`_check_finite_batches`), not once per batch: a batch never waits for the
+        device."""
+        bad = (~finite).to(torch.int64) * self._batches
+        first = getattr(self, "_first_bad", None)
+        self._first_bad = bad if first is None else torch.where(first > 0, first, bad)
+
+    def _check_finite_batches(self) -> None:
+        """``DataError`` naming the first batch with non-finite statistics since the last check (one host read)."""
+        first, self._first_bad = getattr(self, "_first_bad", None), None
+        if first is not None and int(first) > 0:
+            raise DataError(f"{self.name}: non-finite mask gradients (batch {int(first)}); check the images")
+
     def _identity(self) -> dict[str, Any]:
         """What a saved state must match to be resumed by this scorer (its name and settings)."""
         return {"scorer": self.name, "config": self.config()}
 
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
         self._require_setup()
+        self._check_finite_batches()
         self._follow_device()
         for key in sorted(self._acc):
             self._acc[key] = all_reduce_sum(self._acc[key])
@@ -297,6 +312,7 @@ class SummedStatistics(Scorer):
         if getattr(self, "model", None) is None:
             return getattr(self, "_pending", None) or {**self._identity(), "batches": 0, "samples": 0,
                                                        "accumulators": {}}
+        self._check_finite_batches()  # progress saved is finite
         return {**self._identity(), "batches": self._batches, "samples": self._samples,
                 "accumulators": {k: v.detach().cpu().clone() for k, v in self._acc.items()}}
 

@@ -155,6 +155,7 @@ class GaussNewtonGreedy(SummedStatistics):
         self._per_step = max(1, math.ceil(self._count / self.max_steps))
         self._left = self._removable.clone()
         self._alive = torch.ones(sum(counts), dtype=torch.bool)
+        self._alive_mask: Optional[Tensor] = None  # _alive on the device, as the masks read it (made once per stage)
         self._order: list[Tensor] = []  # the units removed by the stages done, in order
         self._stage = 0
         self._acc = self._new_accumulators()
@@ -172,7 +173,9 @@ class GaussNewtonGreedy(SummedStatistics):
 
     def _masks(self, samples: int) -> dict[str, Tensor]:
         """Per group ``[samples, units]``: 1 for the units present, 0 for those the stages done removed."""
-        alive = self._alive.to(self._device, torch.float32).split([g.num_units for _, _, g in self._groups])
+        if self._alive_mask is None:  # once per stage: the units present, on the device
+            self._alive_mask = self._alive.to(self._device, torch.float32)
+        alive = self._alive_mask.split([g.num_units for _, _, g in self._groups])
         return {key: a.expand(samples, -1).clone().requires_grad_(True) for (key, _, _), a in zip(self._groups, alive)}
 
     def update(self, batch: Any) -> dict[str, float]:
@@ -187,9 +190,8 @@ class GaussNewtonGreedy(SummedStatistics):
                 self._acc["linear"] += linear
         self._batches += 1
         self._samples += images.shape[0]
-        ok, head, neuron = torch.cat([finite.view(1).to(torch.float64), self._drift_so_far()]).tolist()  # one sync
-        if not ok:
-            raise DataError(f"{self.name}: non-finite mask gradients (batch {self._batches}); check the images")
+        self._note_finite(finite)
+        head, neuron = self._drift_so_far()  # 0-d tensors on the device: read when shown (no sync per batch)
         return {"drift_per_head": head, "drift_per_neuron": neuron}
 
     def _gradients(self, images: Tensor) -> tuple[Tensor, Optional[Tensor]]:
@@ -257,6 +259,7 @@ class GaussNewtonGreedy(SummedStatistics):
 
     def _remove(self, count: int) -> None:
         """The greedy on the accumulated statistics removes ``count`` units among those present."""
+        self._check_finite_batches()
         if self._samples == 0:
             raise DataError(f"{self.name} saw no batches: feed the scoring data through update() before compute()")
         offset = None
@@ -271,6 +274,7 @@ class GaussNewtonGreedy(SummedStatistics):
                              self.cross_weight, alive=self._alive, offset=offset).cpu()
         self._order.append(order)
         self._alive[order] = False
+        self._alive_mask = None
         self._left -= torch.bincount(self._unit_group[order], minlength=len(self._left))
 
     @torch.no_grad()

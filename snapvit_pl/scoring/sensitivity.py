@@ -90,7 +90,7 @@ def probe_seeds(images: Tensor, seed: int) -> Tensor:
     bits = flat.view(torch.int32).to(torch.int64) & _MASK32
     position = _hash32(torch.arange(flat.shape[1], device=flat.device, dtype=torch.int64))
     total = _hash32(bits ^ position).sum(dim=1) & _MASK32  # exact: any reduction order gives the same sum
-    return _hash32(total ^ _hash32(torch.tensor(seed & _MASK32, device=flat.device, dtype=torch.int64)))
+    return _hash32(total ^ _hash32(seed & _MASK32))  # the seed hashed as a Python int: nothing copied to the device
 
 
 def gaussian_probes(seeds: Tensor, count: int, dim: int) -> Tensor:
@@ -138,18 +138,17 @@ class MaskGradientScorer(SummedStatistics):
             self._acc[key].add_(value.double())
         self._batches += 1
         self._samples += samples
-        logged = {**({} if loss is None else {"loss": loss}), **self._logged()}  # 0-d tensors on the device
-        ok, *values = torch.stack([finite.double(), *(v.detach().double() for v in logged.values())]).tolist()  # one sync
-        if not ok:
-            raise DataError(f"{self.name}: non-finite mask gradients (batch {self._batches}); check the images")
-        return dict(zip(logged, values))
+        self._note_finite(finite)
+        # 0-d tensors on the device: read when shown (no host synchronisation per batch)
+        return {k: v.detach() for k, v in {**({} if loss is None else {"loss": loss}), **self._logged()}.items()}
 
     def _logged(self) -> dict[str, Tensor]:
-        """What to log per batch besides the loss, as 0-d tensors (read back with the batch's one host sync)."""
+        """What to log per batch besides the loss, as 0-d tensors (read when shown)."""
         return {}
 
     def compute(self) -> LocalScores:
         self._require_setup()
+        self._check_finite_batches()
         if self._samples == 0:
             raise DataError(f"{self.name} saw no batches: feed the scoring data through update() before compute()")
         scores = {key: (value / self._samples).float().cpu() for key, value in self._acc.items()}

@@ -159,3 +159,43 @@ def test_the_search_and_the_splits_share_one_fitness(setup, tmp_path, monkeypatc
         export=ExportSettings(budgets=[{"sparsity": 0.4}], split_grid=0.25, save_models=False))
     Pipeline(model, settings, inputs=TensorInputs(images), progress="off").run()
     assert built == [1]  # dense embeddings and PCA once per run
+
+
+def test_a_budget_cut_later_with_the_runs_images_gets_the_split_asking_for_it_would_have(setup, tmp_path):
+    """Issue 55: one ranking, any budget. A run asked for one shallow budget; budgets across the whole depth range,
+    cut later from its scores with its fitness images, take the split a run asking for them chose (the fitness and
+    split settings come from the scores: the later pipeline is built with the defaults); without images, the
+    interpolated one (nothing raced)."""
+    from snapvit_pl.pipeline.splits import deepest_keep
+
+    model, images, _ = setup
+    search = SearchSettings(max_evaluations=0, num_images=12, pca_components=6, batch_size=4)
+
+    def run(budgets, folder):
+        export = ExportSettings(budgets=budgets, split_candidates=5, split_step=0.07, split_images=6, split_grid=0.25,
+                                save_models=False)
+        settings = PipelineSettings(importance=ImportanceSettings(Magnitude()), search=search, export=export)
+        pipeline = Pipeline(model, settings, inputs=TensorInputs(images), run_dir=tmp_path / folder, progress="off")
+        pipeline.run()
+        return pipeline, ElasticScores.load(tmp_path / folder / export.scores_file)
+
+    _, scores = run([{"sparsity": 0.2}], "shallow")
+    heads, neurons = scores.unified()
+    floor = deepest_keep(heads, neurons, CostModel(model), scores.min_mlp_keep, scores.min_head_keep)["params"]
+    later = [{"params": round(keep, 3)} for keep in torch.linspace(0.85, floor + 0.02, 6).tolist()]
+    later += [{"flops": 0.63}, {"sparsity": 0.55}]
+    assert all(not scores.splits.records(*Budget.parse(b).cost_point(CostModel(model))) for b in later)
+    asked, _ = run(later, "asked")
+    up_front = {c.label: c.head_ratio for c in asked.state.splits if c.requested}
+    assert len(up_front) == len(later)
+
+    cut_later = Pipeline.from_scores(model, scores, inputs=TensorInputs(images), progress="off")
+    extracted = cut_later.export(later, evaluate_dense=False)
+    assert {item.label: item.requested_head_ratio for item in extracted} == pytest.approx(up_front)
+    assert [c.label for c in cut_later.state.splits] == list(up_front)  # raced once each, as asked budgets
+
+    interpolated = Pipeline.from_scores(model, scores, progress="off")  # no images: the recorded grid
+    for item in interpolated.export(later, evaluate_dense=False):
+        metric, keep = item.budget.cost_point(CostModel(model))
+        assert item.requested_head_ratio == pytest.approx(scores.splits.head_ratio(metric, keep))
+    assert interpolated.state.splits == []

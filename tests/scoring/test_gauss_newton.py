@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from snapvit_pl.device import HostSyncs
-from snapvit_pl.scoring import GaussNewtonGreedy, gram
+from snapvit_pl.errors import DataError
+from snapvit_pl.pipeline.importance import local_importance
+from snapvit_pl.scoring import GaussNewtonGreedy, OutputSensitivity, gram
 from snapvit_pl.scoring.gram import (
     BlockRowGram, GreedyError, LowRankGram, Segments, _lowest, greedy_order, greedy_positions,
 )
@@ -59,15 +61,43 @@ def test_the_greedy_loop_never_waits_for_the_gpu():  # pragma: no cover - GPU ma
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_update_waits_for_the_device_once_per_batch():
+def test_update_never_waits_for_the_device_and_its_log_is_read_when_shown():
+    """Issue 51: a batch of the importance pass neither reads back from the device (its logged drift stays a 0-d
+    tensor until shown) nor copies to it blocking (the images go non-blocking; the units present, once per stage)."""
     model = build("dino_vit").eval()
     scorer = GaussNewtonGreedy(probes=2)
     scorer.setup(model)
     batch = views(2)[:, 0]
-    with HostSyncs() as syncs:
+    scorer.update(batch)  # the first batch of a stage moves the units present to the device, once
+    with HostSyncs(device="cpu") as syncs:
         metrics = scorer.update(batch)
-    assert syncs.operators["Tensor.tolist"] == 1 and syncs.count == 1, syncs.operators
-    assert set(metrics) == {"drift_per_head", "drift_per_neuron"} and all(math.isfinite(v) for v in metrics.values())
+    assert syncs.count == 0, syncs.operators
+    assert set(metrics) == {"drift_per_head", "drift_per_neuron"}
+    assert all(v.dim() == 0 and math.isfinite(float(v)) for v in metrics.values())
+
+
+@pytest.mark.parametrize("scorer", [GaussNewtonGreedy(probes=2, stages=2), OutputSensitivity(probes=2)],
+                         ids=["gn_greedy", "sensitivity"])
+def test_the_importance_pass_waits_for_the_device_a_constant_number_of_times_not_once_per_batch(scorer):
+    """The whole pass as the pipeline runs it (``local_importance``; every stage of a 2-stage greedy): the waits
+    (reads back and blocking copies to the device) are the same for 2 batches and for 6."""
+    model = build("dino_vit").eval()
+    counts = []
+    for batches in (2, 6):
+        data = [views(2, seed=b)[:, 0] for b in range(batches)]
+        with HostSyncs(device="cpu") as syncs:
+            local_importance(scorer, model, data)
+        counts.append((syncs.count, dict(syncs.operators)))
+    assert counts[0][0] == counts[1][0], counts
+
+
+def test_non_finite_statistics_name_their_first_batch_at_the_end_of_the_pass():
+    model = build("dino_vit").eval()
+    good = views(2)[:, 0]
+    bad = good.clone()
+    bad[0, 0, 0, 0] = float("nan")
+    with pytest.raises(DataError, match=r"gn_greedy: non-finite mask gradients \(batch 2\)"):
+        local_importance(GaussNewtonGreedy(probes=2), model, [good, bad, good, bad])
 
 
 @pytest.mark.parametrize("shortcut", [True, False])

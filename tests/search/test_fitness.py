@@ -87,3 +87,21 @@ def test_the_dense_embeddings_are_shared_across_ranks_and_every_rank_gets_a_sing
     assert sorted(sum(batches_of.values(), [])) == [4, 10, 10] and len(batches_of) == 2  # each batch on one rank
     for fitness in ranks:
         assert torch.equal(fitness.target, single.target) and torch.equal(fitness.pca.basis, single.pca.basis)
+
+
+def test_a_candidate_waits_for_the_device_a_constant_number_of_times_whatever_the_depth(setup, monkeypatch):
+    """Issue 51: a candidate's kept indices reach the device in one copy (not one per slot, about seven per block:
+    on this CPU, where host and device are one, in none), its forward reads nothing back, and the pairs' distances
+    come back in one read. (The candidates are resolved and their host-side indices validated before counting: host
+    work on host tensors, which waits for no device.)"""
+    from snapvit_pl.device import HostSyncs
+    from snapvit_pl.models.units import Subnet
+
+    model, _, scores, fitness = setup
+    assert len(model.blocks) >= 2
+    subnets = [scores.subnet(budget, coefficients=scores.coefficients * 1.1)[0].validate(model)
+               for budget in fitness.pairs]
+    monkeypatch.setattr(Subnet, "validate", lambda subnet, blocks: subnet)
+    with HostSyncs(device="cpu") as syncs:
+        torch.stack([fitness._distance(subnet) for subnet in subnets]).tolist()
+    assert syncs.operators == {"Tensor.tolist": 1}, syncs.operators
