@@ -9,7 +9,8 @@ by default: the importance pass over ``--images`` images with the default scorer
 grid, the export of the six default budgets, no search), every stage timed against its floor
 (:func:`benchmarks.stage_floors.measure_model`: the importance against the bare forward and probe backward passes of
 the same images in the same precision) with its peak memory (CUDA max allocated on a GPU, the process's peak RSS on a
-CPU), ViT-B/16, then ViT-L/14, then ViT-g/14; then each model's *extras*: the weight correction of one model, the
+CPU) and, on CUDA, the host synchronisations it made (``torch.cuda.set_sync_debug_mode("warn")``, counted per
+stage: :class:`benchmarks.stage_floors.Clock`), ViT-B/16, then ViT-L/14, then ViT-g/14; then each model's *extras*: the weight correction of one model, the
 coefficient search (``--evaluations``: one run continued to the longer count, against the bare forwards of the same
 pruned models) and the pruned models' throughput in bf16 and fp32. ``--budget-s`` stops the run cleanly when its
 time is spent (the phase running is cut short and recorded as such, the later ones as not run), so that a lent
@@ -213,10 +214,12 @@ def markdown(report: dict[str, Any]) -> str:
                   f"Scorer `{scorer['name']}` (Gram `{scorer.get('gram_used', '-')}`: {scorer.get('gram_why', '-')}); "
                   f"loading the model {entry['load_s']:.1f} s; importance + splits + export {entry['total_s']:.1f} s "
                   f"({entry['importance_s_at_config']:.1f} s of importance at {CONFIG_SIZES['images']} images).", "",
-                  f"| stage | seconds | floor (s) | stage / floor | peak memory (MiB, {entry['memory']}) | the floor |",
-                  "|---|---:|---:|---:|---:|---|"]
+                  f"| stage | seconds | floor (s) | stage / floor | peak memory (MiB, {entry['memory']}) | "
+                  "host syncs (CUDA) | the floor |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
         lines += [f"| {stage} | {r['seconds']:.2f} | {r['floor_s']:.2f} | {r['ratio']:.2f} | "
-                  f"{entry['peak_memory_mb'].get(stage, float('nan')):,.0f} | {r['floor']} |"
+                  f"{entry['peak_memory_mb'].get(stage, float('nan')):,.0f} | "
+                  f"{'n/a' if r.get('host_syncs') is None else r['host_syncs']} | {r['floor']} |"
                   for stage, r in entry["stages"].items()]
     for name, entry in report["extras"].items():
         floor = entry["search"]["floor"]

@@ -34,7 +34,7 @@ from benchmarks.common import FILES_COMMENT, MEASURED_CODE, RESULTS, file_digest
 LINE = re.compile(r"^_Provenance: `(?P<command>[^`]*)` at commit (?P<commit>[0-9a-f]+|unknown)(?P<dirty> with "
                   r"uncommitted changes)? \((?P<how>[^)]*)\); config digest (?P<digest>[0-9a-f]{16}|not recorded)\._$")
 #: Results files whose script is not benchmarks/<stem>.py.
-SCRIPTS = {"full_size_cpu": "benchmarks/gpu_pipeline.py", "demo_prune_report": "prune.py",
+SCRIPTS = {"full_size_cpu": "benchmarks/gpu_pipeline.py",
            "training_log": "benchmarks/training_log.py", "holdout": "benchmarks/research_scores.py",
            "selection": "benchmarks/research_scores.py", "probes": "benchmarks/research_scores.py",
            "LOG": "benchmarks/research_scores.py", "selection_issue38": "benchmarks/research_scores.py",

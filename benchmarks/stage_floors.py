@@ -74,18 +74,39 @@ DINO = {"images": 1000, "fitness_images": 1000, "split_grid": 0.1, "split_candid
 
 
 class Clock:
-    """CPU time of this process on the CPU (one thread: what the stage itself spent), wall time on a GPU."""
+    """CPU time of this process on the CPU (one thread: what the stage itself spent), wall time on a GPU.
+
+    On CUDA each timed call also runs under ``torch.cuda.set_sync_debug_mode("warn")``: :attr:`syncs` is the number
+    of host synchronisations CUDA reported in the last call (its implicit waits: a read back, a blocking copy; not
+    the clock's own ``synchronize``); None on other devices (a CPU waits for nothing).
+    """
 
     def __init__(self, device: torch.device):
         self.device = device
+        self.syncs: Optional[int] = None
 
     def __call__(self, function: Callable[[], Any]) -> tuple[Any, float, float]:
         """``(result, seconds, wall seconds)``."""
+        import warnings
+
         synchronize(self.device)
-        wall, cpu = time.perf_counter(), time.process_time()
-        result = function()
-        synchronize(self.device)
-        wall = time.perf_counter() - wall
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if self.device.type == "cuda":
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                wall, cpu = time.perf_counter(), time.process_time()
+                result = function()
+                synchronize(self.device)
+                wall = time.perf_counter() - wall
+            finally:
+                if self.device.type == "cuda":
+                    torch.cuda.set_sync_debug_mode("default")
+        if self.device.type == "cuda":
+            self.syncs = sum("synchroniz" in str(w.message) for w in caught)
+        for w in caught:  # what else was warned goes on to the user
+            if "synchroniz" not in str(w.message):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return result, (wall if self.device.type == "cuda" else time.process_time() - cpu), wall
 
 
@@ -133,25 +154,34 @@ def measure_model(name: str, pipeline: Pipeline, batches: list, fitness: torch.T
     model, s = pipeline.model, pipeline.settings
     rows: dict[str, dict[str, float]] = {}
 
+    syncs: dict[str, Optional[int]] = {}
+
+    def timed(stage: str, function: Callable[[], Any]) -> tuple[Any, float, float]:
+        measured = clock(function)
+        syncs[stage] = clock.syncs  # the stage's host synchronisations (CUDA), before the floor's clock runs
+        return measured
+
     def row(stage: str, seconds: float, wall: float, floor: float, note: str) -> None:
-        rows[stage] = {"seconds": seconds, "wall_s": wall, "floor_s": floor, "ratio": seconds / floor, "floor": note}
-        log(f"{name} {stage}: {seconds:.2f} s against a floor of {floor:.2f} s ({seconds / floor:.2f}x)")
+        rows[stage] = {"seconds": seconds, "wall_s": wall, "floor_s": floor, "ratio": seconds / floor, "floor": note,
+                       "host_syncs": syncs.get(stage)}
+        log(f"{name} {stage}: {seconds:.2f} s against a floor of {floor:.2f} s ({seconds / floor:.2f}x)"
+            + ("" if syncs.get(stage) is None else f", {syncs[stage]} host synchronisations"))
 
     probes = getattr(s.importance.scorer, "probes", 8)
     plain = [b[0] if isinstance(b, (list, tuple)) else b for b in batches]
     importance_floor(model, plain[:1], 1)  # warm-up (allocator, kernels): neither stage nor floor pays it
-    _, seconds, wall = clock(lambda: pipeline.importance(batches))
+    _, seconds, wall = timed("importance", lambda: pipeline.importance(batches))
     _, floor, _ = clock(lambda: importance_floor(model, plain, probes))
     row("importance", seconds, wall, floor, f"1 forward + {probes} backward passes per image")
     pipeline.search()
-    _, seconds, wall = clock(pipeline.choose_splits)
+    _, seconds, wall = timed("splits", pipeline.choose_splits)
     copies = split_floor_models(pipeline)
     images = fitness.to(pipeline.device)
     _, floor, _ = clock(lambda: forwards([(model, images)] + [(m, images[:n]) for m, n in copies], s.search.batch_size))
     row("splits", seconds, wall, floor, f"the dense forward + {len(copies)} raced candidates' forwards")
     raced = sum(n * pipeline.cost.flops(_subnet_of(m)) / pipeline.cost.dense_flops for m, n in copies)
     with tempfile.TemporaryDirectory() as out:
-        items, seconds, wall = clock(lambda: pipeline.export(models_dir=out))
+        items, seconds, wall = timed("export", lambda: pipeline.export(models_dir=out))
     pruned = [prune_(copy.deepcopy(model), item.subnet) for item in items]
     if eval_images is not None:
         evaluated = torch.cat(eval_images).to(pipeline.device)

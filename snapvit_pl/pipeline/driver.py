@@ -55,6 +55,7 @@ from .rundir import RunFolder
 from .resume import RESUME_FILE, check_inputs, check_resume_state, save_resume_state
 from .settings import PipelineSettings
 from .splits import SplitChoice, choose_splits, split_table
+from .tables import percent_label
 from .state import DenseModel, ExtractedModel, RunState, Timings
 
 #: The stages, in the order they run.
@@ -605,7 +606,7 @@ class Pipeline:
                 dense_metrics = evaluation(self.model)
         with Progress("export", len(budgets), self._show(), unit="model") as bar:  # (every process's models)
             def finished(item: ExtractedModel) -> None:
-                bar.update(model=item.label, **{k.removesuffix("_top1"): round(100 * v, 2)
+                bar.update(model=item.label, **{percent_label(k): round(100 * v, 2)
                                                 for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
 
             extracted = extract_models(

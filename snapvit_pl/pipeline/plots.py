@@ -34,10 +34,6 @@ def accuracy_figure(report: dict[str, Any], size: str) -> Optional[Figure]:
             color = line.get_color() if line is not None else None
             ax.plot([dense[size]], [100 * dense["metrics"][metric]], marker="*", markersize=13, color=color,
                     linestyle="none")
-    for entry in pruned:  # the budget's label above its highest point
-        top = max((entry.get("metrics") or {}).get(m, 0) for m in metrics)
-        ax.annotate(entry["label"], (entry[size], 100 * top), textcoords="offset points", xytext=(0, 7), ha="center",
-                    fontsize=7, color="gray")
     ax.plot([], [], marker="*", markersize=13, color="black", linestyle="none", label="dense (stars)")
     name = "parameters" if size == "params" else "FLOPs per image (2 per multiply-accumulate)"
     from matplotlib.ticker import FuncFormatter
@@ -50,7 +46,44 @@ def accuracy_figure(report: dict[str, Any], size: str) -> Optional[Figure]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9, loc="lower right")
     fit_title(fig, ax, f"{report['model']['model_name']}: accuracy against {name}")
+    # each budget's label next to its highest point, where no line crosses it (placed once the layout is final)
+    place_labels(fig, ax, [(e["label"], (e[size], 100 * max((e.get("metrics") or {}).get(m, 0) for m in metrics)))
+                           for e in pruned])
     return fig
+
+
+#: Where a point's label may go, in order of preference: (offset in points, horizontal, vertical alignment).
+LABEL_SPOTS = (((0, 7), "center", "bottom"), ((-5, 5), "right", "bottom"), ((5, 5), "left", "bottom"),
+               ((0, -8), "center", "top"), ((-5, -5), "right", "top"), ((5, -5), "left", "top"))
+
+
+def label_boxes_crossed(fig: Figure, ax: Any) -> list[str]:
+    """The labels of ``ax`` (its annotations) that a plotted line crosses or another label overlaps."""
+    from matplotlib.path import Path as Polyline
+
+    renderer = fig.canvas.get_renderer()
+    lines = [Polyline(line.get_transform().transform(line.get_xydata())) for line in ax.get_lines()
+             if len(line.get_xydata()) > 1 and line.get_linestyle() not in ("none", "None", "")]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts]
+    return [text for i, (text, box) in enumerate(boxes)
+            if any(line.intersects_bbox(box, filled=False) for line in lines)
+            or any(box.overlaps(other) for j, (_, other) in enumerate(boxes) if j != i)]
+
+
+def place_labels(fig: Figure, ax: Any, labels: list[tuple[str, tuple[float, float]]]) -> None:
+    """Annotate each ``(text, (x, y))`` at the first of :data:`LABEL_SPOTS` that no line crosses and no label placed
+    before overlaps (the first spot when none is free)."""
+    fig.canvas.draw()
+    for text, xy in labels:
+        for offset, ha, va in LABEL_SPOTS:
+            note = ax.annotate(text, xy, textcoords="offset points", xytext=offset, ha=ha, va=va, fontsize=7,
+                               color="gray")
+            if text not in label_boxes_crossed(fig, ax):
+                break
+            note.remove()
+        else:
+            offset, ha, va = LABEL_SPOTS[0]
+            ax.annotate(text, xy, textcoords="offset points", xytext=offset, ha=ha, va=va, fontsize=7, color="gray")
 
 
 def fit_title(fig: Figure, ax: Any, title: str) -> None:

@@ -7,16 +7,24 @@ from ..eval.suite import THROUGHPUT_KEY
 from ..models.cost import macs
 
 #: Metrics shown in the tables and plots (short column label, full name); everything else stays in report.json.
+#: An accuracy is a fraction in [0, 1] under its own name everywhere it is stored or logged (report.json, evaluate's
+#: JSON, TensorBoard, the Python API); where it is shown in percent, the label says so (``k-NN %``, ``knn%``).
 TABLE_METRICS = {
-    "knn_top1": ("k-NN", "weighted k-NN top-1"), "linear_top1": ("linear", "linear-probe top-1"),
-    "head_top1": ("head", "own-head top-1"), "seg_miou": ("seg", "segmentation mIoU"),
+    "knn_top1": ("k-NN %", "weighted k-NN top-1"), "linear_top1": ("linear %", "linear-probe top-1"),
+    "head_top1": ("head %", "own-head top-1"), "seg_miou": ("seg %", "segmentation mIoU"),
     THROUGHPUT_KEY: ("img/s", "images per second"),
 }
 
 
+def percent_label(metric: str) -> str:
+    """How progress lines name a metric shown in percent: ``knn_top1`` -> ``knn%``, ``seg_miou`` -> ``seg_miou%``."""
+    return f"{metric.removesuffix('_top1')}%"
+
+
 #: Under every table of a run: what the columns measure (FLOPs and MACs per image: :data:`COST_CONVENTION`).
-CAPTION = ("accuracies in %; ratios: share of MLP neurons / heads removed; FLOPs per image, 2 per multiply-accumulate; "
-           "MACs: multiply-accumulates per image (what papers call FLOPs)")
+CAPTION = ("%: accuracies in percent (report.json, TensorBoard: fractions); ratios: share of MLP neurons / heads "
+           "removed; FLOPs per image, 2 per multiply-accumulate; MACs: multiply-accumulates per image (what papers "
+           "call FLOPs)")
 
 
 def metric_names(report: dict[str, Any]) -> list[str]:

@@ -141,3 +141,16 @@ def test_correction_cost_tiny_times_every_method_in_a_process_of_its_own(tmp_pat
     assert [r["method"] for r in rows] == list(METHODS)
     assert all(r["seconds"] > 0 and r["peak_mb"] >= r["held_before_mb"] > 0 for r in rows)
     assert "| tiny | 54% | dense_fit | 2 |" in (tmp_path / "cost.md").read_text()
+
+
+@needs_data
+def test_demo_prune_report_keeps_the_runs_report_with_its_provenance(tmp_path, tiny_prune_args):
+    from benchmarks import demo_prune_report
+
+    shrink = [a for a in tiny_prune_args if not a.startswith("--out_dir") and a != str(tmp_path / "run")]
+    assert demo_prune_report.main(["--out", str(tmp_path / "demo"), "--", *shrink]) == 0
+    report = json.loads((tmp_path / "demo.json").read_text())
+    assert report["provenance"]["recorded"] == "run" and "snapvit_pl/cli/prune.py" in report["provenance"]["files"]
+    assert [e["label"] for e in report["pruned"]] == ["mlp0.35_head0.25", "flops0.6"]
+    text = (tmp_path / "demo.md").read_text()
+    assert "](demo_plots/accuracy_vs_params.png)" in text and (tmp_path / "demo_plots" / "kept_units.png").is_file()

@@ -182,7 +182,7 @@ def test_a_segmentation_datamodule_gives_the_miou_of_every_budget(tiny_prune_arg
     models = [report["dense"], *report["pruned"]]
     assert len(models) == 3 and all(0 <= m["metrics"]["seg_miou"] <= 1 for m in models)
     header = next(line for line in capsys.readouterr().out.splitlines() if "k-NN" in line)
-    assert "| seg |" in (run / "report.md").read_text() and header.split()[-1] == "seg"
+    assert "| seg % |" in (run / "report.md").read_text() and header.split()[-2:] == ["seg", "%"]
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     logged = {(e.step, round(e.value, 6)) for e in events.Scalars("models/seg_miou_vs_params")}

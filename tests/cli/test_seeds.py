@@ -113,3 +113,28 @@ def test_pretrain_refuses_global_view_counts_that_differ(tmp_path, capsys):
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err[-2000:]
     assert "model.n_global_views 1" in errors[0] and "data.init_args.n_global_views 2" in errors[0]
     assert not out.exists()
+
+
+def test_each_accuracy_is_one_number_in_the_table_report_evaluate_and_tensorboard(seeded_run, capsys):
+    """Issue 51: one unit per name. report.json, evaluate's JSON and TensorBoard hold the fraction under the metric's
+    name; report.md's table shows it in percent under a label that says so (``k-NN %``), rounded to 2 decimals."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    report = json.loads((seeded_run / "report.json").read_text())
+    assert main(["evaluate", "--config", str(seeded_run / "config.yaml"), "--device=cpu",
+                 "--checkpoint", str(seeded_run / "models" / "flops0.6")]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    lines = (seeded_run / "report.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| model"))
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    rows = {r[0]: r for r in ([c.strip() for c in line.strip("|").split("|")] for line in lines
+                              if line.startswith(("| dense", "| flops0.6")))}
+    events = EventAccumulator(str(seeded_run / "tensorboard"))
+    events.Reload()
+    logged = {e.step: e.value for e in events.Scalars("models/knn_top1_vs_params")}
+    for name, entry in (("dense", report["dense"]), ("flops0.6", report["pruned"][0])):
+        value = entry["metrics"]["knn_top1"]
+        assert 0 <= value <= 1
+        assert float(rows[name][cells.index("k-NN %")]) == pytest.approx(100 * value, abs=0.005)
+        assert logged[entry["params"]] == pytest.approx(value, abs=1e-6)
+    assert evaluated["knn_top1"] == report["pruned"][0]["metrics"]["knn_top1"]

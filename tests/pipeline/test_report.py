@@ -129,3 +129,24 @@ def test_the_accuracy_plots_name_what_was_measured_and_their_titles_fit():
     fig = accuracy_figure(report, "params")
     assert fig.axes[0].get_ylabel() == "top-1 / mIoU (%)"
     plt.close(fig)
+
+
+@pytest.mark.parametrize("steep", [False, True])
+def test_no_line_crosses_a_budget_label_in_the_accuracy_plots(steep):
+    """Issue 51: the labels sat centred above each point, and a line rising to the next model crossed them. Steep
+    curves (the deep cuts losing much) and gentle ones, several metrics: every label lies where no line passes."""
+    import matplotlib.pyplot as plt
+
+    from snapvit_pl.pipeline.plots import accuracy_figure, label_boxes_crossed
+
+    state = _finished_state(6)
+    for i, item in enumerate(state.extracted):
+        drop = (0.12 if steep else 0.01) * i ** 1.5
+        item.metrics = {k: max(0.05, v - drop - 0.03 * j) for j, (k, v) in enumerate(METRICS.items())}
+    report = build_report(state)
+    for size in ("params", "flops"):
+        fig = accuracy_figure(report, size)
+        ax = fig.axes[0]
+        assert sorted(t.get_text() for t in ax.texts) == sorted(e["label"] for e in report["pruned"])
+        assert label_boxes_crossed(fig, ax) == [], size
+        plt.close(fig)
