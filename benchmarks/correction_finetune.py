@@ -146,10 +146,10 @@ def run(settings: Settings, scores: Optional[str], model_name: str, out_prefix: 
     log(f"scores: {scores_info['source']} ({scores_info['seconds']:.1f}s)")
 
     started = time.perf_counter()
-    data = EvalData.from_datamodule(dm, settings.knn_train, settings.knn_val, 256)
-    data.train, data.val = list(data.train), list(data.val)
-    evaluation = Evaluation(EvaluationSettings(metrics=["knn", "linear", "head"], knn_k=settings.knn_k), data,
-                            torch.device("cpu"))
+    measured = EvaluationSettings(metrics=["knn", "linear", "head"], train_samples=settings.knn_train,
+                                  val_samples=settings.knn_val, batch_size=256, knn_k=settings.knn_k)
+    data = EvalData.from_datamodule(dm, measured, cache=True)  # decoded once, for every model
+    evaluation = Evaluation(measured, data, torch.device("cpu"))
     calibration = dm.unlabeled_images(settings.calibration_images, setup.correction.batch_size)
     correction = Correction(replace(setup.correction, enabled=True, num_samples=settings.calibration_images), calibration)
     data_s = time.perf_counter() - started

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import RESULTS, ROOT, display, machine_info, parse_args, pct, write_results  # noqa: E402
 from snapvit_pl.cli import train_main  # noqa: E402
 from snapvit_pl.data import ClassificationDataModule  # noqa: E402
-from snapvit_pl.eval.suite import EvalData, evaluate_model  # noqa: E402
+from snapvit_pl.eval.suite import EvalData, EvaluationSettings, evaluate_model  # noqa: E402
 from snapvit_pl.models import load_pruned  # noqa: E402
 
 RECIPE = ROOT / "configs" / "train" / "finetune_pruned.yaml"
@@ -36,8 +36,9 @@ def evaluate(path: Path, train: int, val: int | None) -> dict[str, Any]:
     model, _ = load_pruned(path)
     dm = ClassificationDataModule(source="fashion_mnist", seed=0)
     dm.configure_for_model(model)
-    data = EvalData.from_datamodule(dm, train, val or len(dm.base_dataset("val")), 256)
-    return evaluate_model(model, data, ["knn", "linear", "head"], device="cpu")
+    settings = EvaluationSettings(metrics=["knn", "linear", "head"], train_samples=train, val_samples=val,
+                                  batch_size=256)  # val None: the whole test split
+    return evaluate_model(model, EvalData.from_datamodule(dm, settings), settings, device="cpu")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,11 @@ configs and assets it opened: ``benchmarks.common.used_files``; in a Markdown-on
 line). A file that records its used files is *stale* when one of them is no longer what the run read (a changed
 module it did not import changes nothing); a file recorded before that is stale when the code it may have measured
 (its script and :data:`benchmarks.common.MEASURED_CODE`) changed in a commit after the recorded one, which needs the
-history: in a shallow clone that check is an error, not a pass.
+history: in a shallow clone that check is an error, not a pass. A file that measures behaviour only
+(:data:`BEHAVIOUR`: accuracies, orders, splits) stays current when the files that changed changed nothing the
+project computes, as two behaviour records show (one made with the files its run used, one with today's, the same
+numbers: ``benchmarks/behaviour.py``); a timing is stale on any change to the code it timed. A record of a past
+decision (``research/``) may age if the documents quoting it name the commit it measured (:func:`dated_where_quoted`).
 
     python benchmarks/provenance.py            # the table: file, recorded commit, stale or not
     python benchmarks/provenance.py --backfill # once: files written before provenance was recorded get the
@@ -45,7 +49,8 @@ SCRIPTS = {"full_size_cpu": "benchmarks/gpu_pipeline.py",
 
 def results_files() -> list[Path]:
     """Every results file: JSON, JSON lines and Markdown under benchmarks/results/, and the training logs."""
-    files = [p for p in RESULTS.rglob("*") if p.suffix in (".json", ".jsonl", ".md") and "cache" not in p.parts]
+    files = [p for p in RESULTS.rglob("*") if p.suffix in (".json", ".jsonl", ".md")
+             and "cache" not in p.parts and "behaviour" not in p.parts]  # (behaviour records vouch; not results)
     return sorted(files + sorted((ROOT / "assets").glob("*/training_log.md")))
 
 
@@ -103,19 +108,64 @@ def last_change(paths: list[str]) -> Optional[str]:
 @dataclass
 class Status:
     """One results file: the commit it records, what changed in what it measures (a file it used, or for a file
-    without recorded files the last commit that changed the code), whether it is older."""
+    without recorded files the last commit that changed the code), whether it is older, and the behaviour records
+    that vouch for it when a file it used changed without changing what the project computes."""
     path: Path
     commit: Optional[str]
     recorded: Optional[str]
     changed_in: Optional[str]
     stale: Optional[bool]  # None: not known (no provenance, or the history does not hold the commit)
+    vouched_by: Optional[str] = None  # "<then>.json = <now>.json" (benchmarks/results/behaviour/)
 
 
-def changed_files(found: list[dict[str, Any]], root: Path = ROOT) -> Optional[list[str]]:
+#: Results files whose quoted numbers measure behaviour only (accuracies, orders, chosen splits; never a time or a
+#: memory size): when a file their run used changed, a pair of behaviour records showing the same numbers before and
+#: after keeps them current (:func:`vouched_by`, benchmarks/behaviour.py).
+BEHAVIOUR = {f"benchmarks/results/{name}" for name in (
+    "compare_methods.json", "compare_methods.md", "compare_methods_deep.json", "compare_methods_deep.md",
+    "fitness_vs_accuracy.json", "fitness_vs_accuracy.md", "pixel_baselines.json", "pixel_baselines.md",
+    "sensitivity_vs_ablation.json", "sensitivity_vs_ablation.md", "gram_approximation.json",
+    "gram_approximation.md", "research/bf16_orders.md", "search_convergence.json")}
+#: Where benchmarks/behaviour.py writes its records (one per state of the code).
+BEHAVIOUR_RECORDS = ROOT / "benchmarks" / "results" / "behaviour"
+
+
+def behaviour_records(folder: Optional[Path] = None) -> dict[str, dict[str, Any]]:
+    """The behaviour records by file name: ``{"numbers": ..., "provenance": {"files": ...}}``."""
+    folder = folder or BEHAVIOUR_RECORDS
+    return {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
+def vouched_by(files: dict[str, str], changed: list[str], root: Optional[Path] = None,
+               records: Optional[dict[str, dict[str, Any]]] = None) -> Optional[str]:
+    """Whether behaviour records show that the ``changed`` files (of a run that used ``files``) changed nothing the
+    suite computes: a record made with the files the run used (the same digest for every file both used) and one made
+    with today's files (every file it used as it is now), both having used every changed file, with the same numbers
+    (``benchmarks.behaviour.same_behaviour``). Returns ``"<then> = <now>"``, or None."""
+    from benchmarks.behaviour import same_behaviour
+
+    root = root or ROOT
+    records = behaviour_records() if records is None else records
+    then = [(name, r) for name, r in records.items()
+            if all(r["provenance"]["files"].get(f, d) == d for f, d in files.items())
+            and set(changed) <= set(r["provenance"]["files"])]
+    now = [(name, r) for name, r in records.items()
+           if all(file_digest(root / f) == d for f, d in r["provenance"]["files"].items())
+           and set(changed) <= set(r["provenance"]["files"])]
+    for name_now, record_now in now:
+        for name_then, record_then in then:
+            if record_then["suite"] == record_now["suite"] and same_behaviour(record_then["numbers"],
+                                                                              record_now["numbers"]):
+                return f"{name_then} = {name_now}"
+    return None
+
+
+def changed_files(found: list[dict[str, Any]], root: Optional[Path] = None) -> Optional[list[str]]:
     """The files the records say their runs used whose content is no longer what they read (missing ones
     included); None when a record does not list its files."""
     if not all(r.get("files") for r in found):
         return None
+    root = root or ROOT
     return sorted({name for r in found for name, digest in r["files"].items() if file_digest(root / name) != digest})
 
 
@@ -144,8 +194,12 @@ def status(path: Path) -> Status:
         return Status(path, None, None, None, None)
     changed_now = changed_files(found)
     if changed_now is not None:
-        return Status(path, sorted(r["commit"] for r in found)[0], found[0]["recorded"],
-                      changed_now[0] if changed_now else None, bool(changed_now))
+        commit = sorted(r["commit"] for r in found)[0]
+        if changed_now and str(path.relative_to(ROOT)) in BEHAVIOUR:
+            vouchers = [vouched_by(r["files"], changed_files([r]) or []) for r in found]
+            if all(vouchers):
+                return Status(path, commit, found[0]["recorded"], changed_now[0], False, "; ".join(sorted(set(vouchers))))
+        return Status(path, commit, found[0]["recorded"], changed_now[0] if changed_now else None, bool(changed_now))
     check_history()
     script = script_of(path)
     changed = last_change(measured_by(path, script))
@@ -156,6 +210,29 @@ def status(path: Path) -> Status:
     stale = any(subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", changed, c]).returncode != 0
                 for c in full)
     return Status(path, sorted(commits)[0], found[0]["recorded"], changed, stale)
+
+
+#: Results files that record past decisions: they may age, quoted as what they are (:func:`dated_where_quoted`).
+RECORDS = "benchmarks/results/research/"
+
+
+def sections_naming(text: str, name: str) -> list[str]:
+    """The sections of a Markdown document (from one heading to the next) that name ``name``."""
+    parts = re.split(r"(?m)^(?=#{1,6} )", text)
+    return [part for part in parts if name in part]
+
+
+def dated_where_quoted(path: Path, commit: str, documents: list[Path]) -> bool:
+    """Whether a record of a past decision (a file under :data:`RECORDS`) is quoted as what it is: every document
+    that names it says, in each section naming it, the commit it was measured at (``commit <12 hex digits>``), and
+    at least one does."""
+    name = str(path.relative_to(ROOT))
+    if not name.startswith(RECORDS):
+        return False
+    stamp = f"commit {commit[:12]}"
+    quoting = [sections_naming(doc.read_text(), name.removeprefix("benchmarks/results/")) for doc in documents]
+    quoting = [sections for sections in quoting if sections]
+    return bool(quoting) and all(stamp in section for sections in quoting for section in sections)
 
 
 def _command_in(text: str, script: str) -> str:
@@ -203,7 +280,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("| file | recorded commit | how | stale |\n|---|---|---|---|")
     for path in results_files():
         s = status(path)
-        shown = "n/a" if s.stale is None else ("**stale**" if s.stale else "current")
+        shown = "n/a" if s.stale is None else ("**stale**" if s.stale else "current") + \
+            (f" (its code changed; behaviour records {s.vouched_by})" if s.vouched_by else "")
         print(f"| {path.relative_to(ROOT)} | {(s.commit or 'none')[:12]} | {s.recorded or '-'} | {shown} |")
     return 0
 

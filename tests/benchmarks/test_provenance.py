@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.provenance import LINE, records, results_files, status  # noqa: E402
+from benchmarks.provenance import LINE, dated_where_quoted, records, results_files, status  # noqa: E402
 
 
 def quoted_files() -> set[Path]:
@@ -36,9 +36,10 @@ def test_every_results_file_records_commit_settings_and_command():
 
 
 def test_the_results_files_older_than_their_code_are_listed(capsys):
-    """A report in the test output (``-s`` or ``-rA`` shows it); a failure only for a quoted file that recorded its
-    run (the files written before provenance was recorded carry the commit git says wrote them, and stay listed
-    until their script runs again)."""
+    """A report in the test output (``-s`` or ``-rA`` shows it); a failure for a quoted file that recorded its run,
+    and for a quoted record of a past decision (``research/``) unless the documents quote it as what it is: its
+    commit named where they quote it. (The other files written before provenance was recorded carry the commit git
+    says wrote them, and stay listed until their script runs again.)"""
     quoted = quoted_files()
     stale, failures = [], []
     for path in results_files():
@@ -47,7 +48,9 @@ def test_the_results_files_older_than_their_code_are_listed(capsys):
             changed = s.changed_in if "/" in s.changed_in else f"commit {s.changed_in[:12]}"  # a file, or a commit
             stale.append(f"{path.relative_to(ROOT)} (recorded {s.commit[:12]} [{s.recorded}], changed: {changed}"
                          f"{', quoted' if path in quoted else ''})")
-            if path in quoted and s.recorded == "run":
+            documents = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+            if path in quoted and (s.recorded == "run" or str(path.relative_to(ROOT)).startswith("benchmarks/results/research/")) \
+                    and not dated_where_quoted(path, s.commit, documents):
                 failures.append(str(path.relative_to(ROOT)))
     with capsys.disabled():
         print(f"\n{len(stale)} results files are older than the code they measure:\n  " + "\n  ".join(stale))
@@ -172,3 +175,91 @@ def test_a_shallow_clone_is_an_error_of_the_check_not_a_pass(monkeypatch):
     monkeypatch.setattr(provenance, "_git", lambda *args: "true" if args[0] == "rev-parse" else None)
     with pytest.raises(RuntimeError, match="shallow"):
         provenance.check_history()
+
+
+def test_a_record_of_a_past_decision_may_age_only_quoted_with_its_commit(tmp_path, monkeypatch):
+    """Issue 51: ``research/`` files record decisions; once older than the code they may still be quoted, as what they
+    are: each section of a document naming the file names the commit it measured."""
+    from benchmarks import provenance
+
+    monkeypatch.setattr(provenance, "ROOT", tmp_path)
+    record = tmp_path / "benchmarks" / "results" / "research" / "old.md"
+    other = tmp_path / "benchmarks" / "results" / "old.md"
+    commit = "0123456789abcdef0123"
+    doc = tmp_path / "doc.md"
+    doc.write_text("# A\n\nThe decision (`research/old.md`, measured at commit 0123456789ab).\n\n# B\n\nelse\n")
+    assert dated_where_quoted(record, commit, [doc])
+    assert not dated_where_quoted(other, commit, [doc])  # only records of decisions may age
+    doc.write_text("# A\n\nThe decision (`research/old.md`, measured at commit 0123456789ab).\n\n# B\n\n"
+                   "Quoted again without its commit: `research/old.md`.\n")
+    assert not dated_where_quoted(record, commit, [doc])
+    assert not dated_where_quoted(record, commit, [tmp_path / "doc.md"][:0])  # quoted nowhere: nothing to date
+
+
+def test_behaviour_records_vouch_for_a_behaviour_file_whose_code_changed_without_changing_what_it_computes(tmp_path):
+    """Issue 51: a pure speed-up kept files that measure behaviour only. A record made with the files the run used and
+    one made with today's, with the same numbers, vouch for it; other numbers, a changed file the records did not
+    use, or no record made with today's files do not."""
+    from benchmarks.provenance import vouched_by
+
+    module, script = tmp_path / "snapvit_pl" / "fast.py", tmp_path / "benchmarks" / "accuracy.py"
+    module.parent.mkdir()
+    script.parent.mkdir()
+    module.write_text("def f(): return 1\n")
+    script.write_text("print(1)\n")
+    before = {"snapvit_pl/fast.py": common.file_digest(module), "benchmarks/accuracy.py": common.file_digest(script)}
+    module.write_text("def f():\n    return 1  # now faster\n")
+    after = {"snapvit_pl/fast.py": common.file_digest(module)}
+
+    def record(files, value, suite=("default",)):
+        return {"suite": list(suite), "numbers": {"default": {"knn": value, "order": [3, 1, 2]}},
+                "provenance": {"files": dict(files)}}
+
+    run = before  # the results file's run used the module and its script
+    then = record({"snapvit_pl/fast.py": before["snapvit_pl/fast.py"]}, 0.81234567)
+    same = record(after, 0.81234568)  # float noise
+    other = record(after, 0.8)
+    changed = ["snapvit_pl/fast.py"]
+    assert vouched_by(run, changed, tmp_path, {"then.json": then, "now.json": same}) == "then.json = now.json"
+    assert vouched_by(run, changed, tmp_path, {"then.json": then, "now.json": other}) is None
+    assert vouched_by(run, changed, tmp_path, {"then.json": then}) is None  # nothing made with today's files
+    assert vouched_by(run, changed, tmp_path, {"now.json": same}) is None  # nothing made with the run's files
+    assert vouched_by(run, [*changed, "benchmarks/accuracy.py"], tmp_path, {"then.json": then, "now.json": same}) is None
+    assert vouched_by(run, changed, tmp_path, {"then.json": then, "now.json": record(after, 0.81234568, ("x",))}) is None
+
+
+def test_same_behaviour_allows_float_noise_only():
+    from benchmarks.behaviour import same_behaviour
+
+    assert same_behaviour({"a": [1, 0.5, "x"]}, {"a": [1, 0.5 * (1 + 1e-6), "x"]})
+    assert not same_behaviour({"a": [1, 0.5]}, {"a": [2, 0.5]})  # an integer (a count, a width) differs
+    assert not same_behaviour({"a": [0.5]}, {"a": [0.51]})
+    assert not same_behaviour({"a": [0.5]}, {"a": [0.5, 0.5]}) and not same_behaviour({"a": 1}, {"b": 1})
+
+
+def test_a_behaviour_file_is_current_only_while_a_pair_of_records_vouches_for_it(tmp_path, monkeypatch):
+    """``status`` of a file listed as measuring behaviour: stale once a file its run used changed, current again
+    with records showing the change computed the same numbers; a timing file with the same change stays stale."""
+    from benchmarks import provenance
+
+    monkeypatch.setattr(provenance, "ROOT", tmp_path)
+    module = tmp_path / "snapvit_pl" / "fast.py"
+    module.parent.mkdir()
+    module.write_text("x = 1\n")
+    files = {"snapvit_pl/fast.py": common.file_digest(module)}
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    for name in ("accuracy.json", "timing.json"):
+        (results / name).write_text(json.dumps({"provenance": {"commit": "a" * 40, "command": "python x.py",
+                                                               "recorded": "run", "files": files}}))
+    monkeypatch.setattr(provenance, "BEHAVIOUR", {"benchmarks/results/accuracy.json"})
+    monkeypatch.setattr(provenance, "BEHAVIOUR_RECORDS", results / "behaviour")
+    module.write_text("x = 1  # faster\n")
+    assert provenance.status(results / "accuracy.json").stale
+    (results / "behaviour").mkdir()
+    for name, digests in (("then.json", files), ("now.json", {"snapvit_pl/fast.py": common.file_digest(module)})):
+        (results / "behaviour" / name).write_text(json.dumps(
+            {"suite": ["default"], "numbers": {"default": {"knn": 0.5}}, "provenance": {"files": digests}}))
+    vouched = provenance.status(results / "accuracy.json")
+    assert vouched.stale is False and vouched.vouched_by == "then.json = now.json"
+    assert provenance.status(results / "timing.json").stale

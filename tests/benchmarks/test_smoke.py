@@ -154,3 +154,42 @@ def test_demo_prune_report_keeps_the_runs_report_with_its_provenance(tmp_path, t
     assert [e["label"] for e in report["pruned"]] == ["mlp0.35_head0.25", "flops0.6"]
     text = (tmp_path / "demo.md").read_text()
     assert "](demo_plots/accuracy_vs_params.png)" in text and (tmp_path / "demo_plots" / "kept_units.png").is_file()
+
+
+@needs_data
+def test_behaviour_records_of_one_checkout_hold_the_same_numbers(tmp_path):
+    """benchmarks/behaviour.py: two runs of the suite's default variant on this checkout agree (the comparison that
+    vouches for a pure speed-up needs runs that repeat), and the record names the files the run used."""
+    from benchmarks import behaviour
+
+    records = []
+    for name in ("a", "b"):
+        assert behaviour.main(["--variants", "default", "--out", str(tmp_path / f"{name}.json")]) == 0
+        records.append(json.loads((tmp_path / f"{name}.json").read_text()))
+    assert records[0]["suite"] == ["default"] and len(records[0]["numbers"]["default"]) > 50
+    assert behaviour.same_behaviour(records[0]["numbers"], records[1]["numbers"], rtol=0, atol=0)
+    assert "snapvit_pl/scoring/gauss_newton.py" in records[0]["provenance"]["files"]
+
+
+@needs_data
+def test_finetune_recipe_quick_trains_and_evaluates_a_pruned_model(tmp_path, tiny_prune_args):
+    """The script had stopped running (an evaluation API it called had changed): its quick mode, in CI."""
+    from benchmarks import finetune_recipe
+    from snapvit_pl.cli import prune_main
+
+    assert prune_main([*tiny_prune_args, "--search.max_evaluations=0", "--evaluation.metrics=[]"]) == 0
+    checkpoint = tmp_path / "run" / "models" / "flops0.6"
+    assert finetune_recipe.main(["--checkpoint", str(checkpoint), "--quick", "--threads", "1",
+                                 "--out", str(tmp_path / "recipe")]) == 0
+    report = json.loads((tmp_path / "recipe.json").read_text())
+    assert set(report["before"]) >= {"knn_top1", "linear_top1", "head_top1"} and report["finetune_s"] > 0
+
+
+@needs_data
+def test_correction_finetune_quick_corrects_fine_tunes_and_evaluates(tmp_path):
+    """Its evaluation had stopped running with the evaluation API's change, as finetune_recipe's had: in CI now."""
+    from benchmarks import correction_finetune
+
+    assert correction_finetune.main(["--quick", "--out", str(tmp_path / "cf")]) == 0
+    report = json.loads((tmp_path / "cf.json").read_text())
+    assert report["quick"] and report["models"]
