@@ -5,7 +5,7 @@ between heads and MLP neurons by the fitness), one model is cut from the elastic
 (:func:`snapvit_pl.pipeline.extract_models`, as ``prune.py`` does) and measured three times:
 
   (a) pruned:     the cut alone, no retraining;
-  (b) corrected:  the cut with the SparseGPT-style correction of ``attn.proj`` / ``mlp.fc2``
+  (b) corrected:  the cut with the configured correction (the default ``dense_fit``) of ``attn.proj`` / ``mlp.fc2``
                   (``correction.enabled: true`` in ``prune.py``) on 256 calibration images (``correction.num_samples``);
   (c) fine-tuned: (b) trained briefly with ``FinetuneModule`` (``loss: both`` = cross-entropy on labels
                   + KL distillation from the dense model) under a lightweight Trainer: one epoch over
@@ -233,7 +233,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "| budget | (mlp, head) ratios | params | " + " | ".join(f"{name} a / b / c" for _, name in REPORTED)
         + " | correction s | fine-tune s (steps) |",
-        "|---|---|" + "---|" * len(REPORTED) + "---|---|",
+        "|---|---|---|" + "---:|" * len(REPORTED) + "---:|---:|",  # budget, ratios, params, metrics, seconds
     ]
     for row in report["models"]:
         cells = [" / ".join(pct(row[stage].get(key)) for stage, _ in STAGES) for key, _ in REPORTED]
