@@ -216,6 +216,21 @@ def status(path: Path) -> Status:
 RECORDS = "benchmarks/results/research/"
 
 
+def documents() -> list[Path]:
+    """The documents that quote results: the README and docs/*.md."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def quoted_files() -> set[Path]:
+    """The results files a document quotes: docs/claims.yaml's sources and the results blocks' files."""
+    import yaml
+
+    quoted = {ROOT / claim["source"] for claim in yaml.safe_load((ROOT / "docs" / "claims.yaml").read_text())}
+    for doc in documents():
+        quoted |= {ROOT / m for m in re.findall(r"<!-- results: (\S+) -->", doc.read_text())}
+    return quoted
+
+
 def sections_naming(text: str, name: str) -> list[str]:
     """The sections of a Markdown document (from one heading to the next) that name ``name``."""
     parts = re.split(r"(?m)^(?=#{1,6} )", text)
@@ -277,12 +292,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         for path in results_files():
             if backfill(path):
                 print(f"backfilled {path.relative_to(ROOT)}")
-    print("| file | recorded commit | how | stale |\n|---|---|---|---|")
+    quoted, docs = quoted_files(), documents()
+    print("| file | recorded commit | how | stale | quoted |\n|---|---|---|---|---|")
     for path in results_files():
         s = status(path)
         shown = "n/a" if s.stale is None else ("**stale**" if s.stale else "current") + \
             (f" (its code changed; behaviour records {s.vouched_by})" if s.vouched_by else "")
-        print(f"| {path.relative_to(ROOT)} | {(s.commit or 'none')[:12]} | {s.recorded or '-'} | {shown} |")
+        if s.stale and path in quoted and dated_where_quoted(path, s.commit, docs):
+            shown += " (a record of a past decision, quoted with its commit)"
+        print(f"| {path.relative_to(ROOT)} | {(s.commit or 'none')[:12]} | {s.recorded or '-'} | {shown} | "
+              f"{'yes' if path in quoted else ''} |")
     return 0
 
 

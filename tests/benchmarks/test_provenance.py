@@ -1,26 +1,20 @@
 """Every results file says what made it (commit, settings digest, command), and the ones older than the code they
-measure are listed (a failure for a file a published claim quotes, once it records its run)."""
+measure are listed (a failure for a file a document quotes, unless it is a record of a past decision quoted with its
+commit)."""
 import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.provenance import LINE, dated_where_quoted, records, results_files, status  # noqa: E402
-
-
-def quoted_files() -> set[Path]:
-    """The results files a document quotes: docs/claims.yaml's sources and the results blocks' files."""
-    quoted = {ROOT / claim["source"] for claim in yaml.safe_load((ROOT / "docs" / "claims.yaml").read_text())}
-    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
-        quoted |= {ROOT / m for m in re.findall(r"<!-- results: (\S+) -->", doc.read_text())}
-    return quoted
+from benchmarks.provenance import (  # noqa: E402
+    LINE, dated_where_quoted, documents, quoted_files, records, results_files, status,
+)
 
 
 def test_every_results_file_records_commit_settings_and_command():
@@ -36,10 +30,9 @@ def test_every_results_file_records_commit_settings_and_command():
 
 
 def test_the_results_files_older_than_their_code_are_listed(capsys):
-    """A report in the test output (``-s`` or ``-rA`` shows it); a failure for a quoted file that recorded its run,
-    and for a quoted record of a past decision (``research/``) unless the documents quote it as what it is: its
-    commit named where they quote it. (The other files written before provenance was recorded carry the commit git
-    says wrote them, and stay listed until their script runs again.)"""
+    """A report in the test output (``-s`` or ``-rA`` shows it); a failure for every quoted file older than its code,
+    whether its run recorded the files it used or git says when it was written, except a record of a past decision
+    (``research/``) the documents quote as what it is: its commit named where they quote it."""
     quoted = quoted_files()
     stale, failures = [], []
     for path in results_files():
@@ -48,9 +41,7 @@ def test_the_results_files_older_than_their_code_are_listed(capsys):
             changed = s.changed_in if "/" in s.changed_in else f"commit {s.changed_in[:12]}"  # a file, or a commit
             stale.append(f"{path.relative_to(ROOT)} (recorded {s.commit[:12]} [{s.recorded}], changed: {changed}"
                          f"{', quoted' if path in quoted else ''})")
-            documents = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
-            if path in quoted and (s.recorded == "run" or str(path.relative_to(ROOT)).startswith("benchmarks/results/research/")) \
-                    and not dated_where_quoted(path, s.commit, documents):
+            if path in quoted and not dated_where_quoted(path, s.commit, documents()):
                 failures.append(str(path.relative_to(ROOT)))
     with capsys.disabled():
         print(f"\n{len(stale)} results files are older than the code they measure:\n  " + "\n  ".join(stale))
