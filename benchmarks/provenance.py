@@ -44,7 +44,7 @@ SCRIPTS = {"full_size_cpu": "benchmarks/gpu_pipeline.py",
            "LOG": "benchmarks/research_scores.py", "selection_issue38": "benchmarks/research_scores.py",
            "selection_issue46": "benchmarks/research_scores.py", "bf16_orders": "benchmarks/research_scores.py",
            "issue38": "benchmarks/research_scores.py", "issue46": "benchmarks/research_scores.py",
-           "giant_cpu": "benchmarks/quick_cpu.py", "compare_methods_deep": "benchmarks/compare_methods.py"}
+           "giant_cpu": "benchmarks/quick_cpu.py"}
 
 
 def results_files() -> list[Path]:

@@ -23,7 +23,7 @@ from ..eval.suite import EvaluationSettings
 from ..search import SearchProgress, SearchResult, SearchSettings, run_search, search_snapshots
 from .driver import STAGES, Distributed, Pipeline, RunEvents
 from .extraction import Correction, Evaluation, check_budgets, extract_models
-from .importance import local_importance, prepare_pruning_data, scoring_views
+from .importance import ImportancePass, local_importance, prepare_pruning_data, scoring_views
 from .inputs import DataModuleInputs, StageInputs, TensorInputs
 from .report import build_report, write_report
 from .settings import ExportSettings, ImportanceSettings, PipelineSettings, ReportSettings
@@ -32,7 +32,8 @@ from .state import DenseModel, ExtractedModel, RunState, Timings
 
 __all__ = [
     "STAGES", "Correction", "CorrectionSettings", "DataModuleInputs", "DenseModel", "Distributed", "Evaluation",
-    "EvaluationSettings", "ExportSettings", "ExtractedModel", "ImportanceSettings", "Pipeline", "PipelineSettings",
+    "EvaluationSettings", "ExportSettings", "ExtractedModel", "ImportancePass", "ImportanceSettings", "Pipeline",
+    "PipelineSettings",
     "ReportSettings", "RunEvents", "RunState", "SearchProgress", "SearchResult", "SearchSettings", "SplitChoice",
     "StageInputs", "TensorInputs", "Timings", "build_report", "check_budgets", "choose_splits", "extract_models",
     "local_importance", "prepare_pruning_data", "run_search", "scoring_views", "search_snapshots", "split_table",

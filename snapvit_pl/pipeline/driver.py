@@ -39,7 +39,7 @@ from ..models.surgery import architecture
 from ..models.modes import eval_mode
 from ..progress import Progress, ProgressMode
 from ..runfolder import FolderHints
-from ..scoring import LocalScores, Scorer
+from ..scoring import LocalScores
 from ..scoring.base import ScoringContext
 from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
@@ -48,7 +48,7 @@ from .extraction import (
     Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing, resolved_model,
     throughput_alone, with_timed,
 )
-from .importance import AllReduceSum
+from .importance import AllReduceSum, ImportancePass
 from .inputs import StageInputs
 from .report import write_report
 from .rundir import RunFolder
@@ -185,11 +185,11 @@ class Pipeline:
         self._search_progress: Optional[SearchProgress] = None
         self._scorer_choices: dict[str, str] = {}  # what the scorer chose for itself (kept in the resume state)
         self._splits = SplitTable()  # the chosen splits, as the elastic scores record them
-        self._importance: Optional[dict[str, Any]] = None  # the pass in progress: its start time, its progress
+        self._importance: Optional[dict[str, Any]] = None  # the stage in progress: its start time and memory
         self._inputs_source: Any = None  # the DataModule whose fingerprint the run records (record_inputs)
         self._checked = False  # check() done
         self.resumed = False  # load_state_dict continued an interrupted run
-        self._scorer: Optional[Scorer] = None  # the importance pass's scorer, bound to the model (start_importance)
+        self._pass: Optional[ImportancePass] = None  # the importance stage's loop, its scorer bound (start_importance)
         self._data_context: dict[str, Any] = {}  # what the data tells the scorer (use_datamodule)
 
     # -- the run folder --------------------------------------------------------------------------------------
@@ -415,10 +415,9 @@ class Pipeline:
         if self.completed("importance"):
             return
         self.hold_folder()  # before any work: a folder this run may not write in is refused now
-        scorer = self._scorer = self.settings.importance.scorer.accumulator(self.model, self.scoring_context())
-        total = None if batches is None else batches * scorer.passes
-        bar = Progress("importance", total, self._show() if scorer.requires_data else "off", unit="batch")
-        self._importance = {"started": time.perf_counter(), "bar": bar, "memory": self._start_memory(), "pass": 1}
+        self._pass = ImportancePass(self.settings.importance.scorer, self.model, self.scoring_context(),
+                                    self.dist.all_reduce_sum, batches, self._show())
+        self._importance = {"started": time.perf_counter(), "memory": self._start_memory()}
 
     def scoring_context(self) -> ScoringContext:
         """What this run hands its scorer: the keep ratios (``importance.min_mlp_keep`` / ``min_head_keep``) and, from a
@@ -433,34 +432,27 @@ class Pipeline:
         scorer = self.settings.importance.scorer
         return 0 if self.completed("importance") or not scorer.requires_data else scorer.passes
 
-    def importance_step(self, batch: Any) -> dict[str, float]:
+    def importance_step(self, batch: Any) -> dict[str, Any]:
         """Feed one batch to the scorer; returns what to log (e.g. ``{"loss": ...}``)."""
-        if self._importance is None:
+        if self._pass is None:
             if self.completed("importance"):
                 return {}
             raise RuntimeError("importance_step before start_importance")
-        scorer = self._scorer
-        metrics = scorer.update(batch) if scorer.requires_data else {}
-        self._importance["bar"].update(**metrics)
-        return metrics
+        return self._pass.step(batch)
 
     def finish_importance(self) -> Optional[LocalScores]:
         """End a pass over the data: sum the scorer's statistics over processes; after its last pass, compute the
         local scores, record them and save progress (returns them; None while passes remain)."""
         if self.completed("importance"):
             return self.state.local
-        if self._importance is None:
+        if self._pass is None:
             raise RuntimeError("finish_importance before start_importance")
-        scorer = self._scorer
-        scorer.reduce(self.dist.all_reduce_sum or (lambda t: t))
-        if scorer.requires_data and self._importance["pass"] < scorer.passes:
-            scorer.next_pass()
-            self._importance["pass"] += 1
+        local = self._pass.end_pass()
+        if local is None:
             return None
-        self._importance["bar"].close()
-        self.state.local = scorer.compute().allocated(self.settings.importance.allocation)
-        self._record_scorer_choices(scorer.choices())
-        self._scorer = None  # its accumulators (a Gram of gigabytes) are not needed once the scores exist
+        self.state.local = local.allocated(self.settings.importance.allocation)
+        self._record_scorer_choices(self._pass.scorer.choices())
+        self._pass = None  # its accumulators (a Gram of gigabytes) are not needed once the scores exist
         self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
         self.state.peak_memory_mb["importance"] = round(self._importance["memory"].peak_mb(), 1)
         self._importance = None
@@ -473,18 +465,12 @@ class Pipeline:
         one pass, or one per stage of a re-linearised scorer (then ``batches`` must be readable again)."""
         from .importance import check_passes
 
-        scorer = self.settings.importance.scorer
-        if not self.completed("importance"):
-            check_passes(scorer, batches)
+        if self.completed("importance"):
+            return self.state.local
+        check_passes(self.settings.importance.scorer, batches)
         self.start_importance(len(batches) if hasattr(batches, "__len__") else None)
-        local = None
-        for _ in range(max(1, self.importance_passes)):  # one per pass; none of data when complete or data-free
-            if not self.completed("importance") and scorer.requires_data:
-                with eval_mode(self.model):
-                    for batch in batches:
-                        self.importance_step(batch)
-            local = self.finish_importance()
-        return local
+        with eval_mode(self.model):
+            return self._pass.run(batches, end_pass=self.finish_importance)
 
     # -- stage 2: search -------------------------------------------------------------------------------------
     def search(self) -> SearchResult:

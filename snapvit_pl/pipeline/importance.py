@@ -101,6 +101,65 @@ def prepare_pruning_data(datamodule: Any, model: nn.Module, scorer: Scorer) -> d
     return {"global_views": global_views, "batch_size": int(datamodule.batch_size)}
 
 
+class ImportancePass:
+    """The importance stage's loop, defined once: the pipeline (and so the Lightning callback, which feeds it the
+    Trainer's batches) and :func:`local_importance` drive it. A scorer bound to the model is fed batch by batch
+    (:meth:`step`); at each pass's end (:meth:`end_pass`) its statistics are summed over processes, then the next pass
+    starts or, after the last, the local scores are computed. A data-free scorer makes no pass: :meth:`end_pass` alone
+    gives its scores.
+
+    Args:
+        scorer: the scorer's configuration; a fresh copy of it is bound to ``model`` (:meth:`Scorer.accumulator`) and
+            dropped with this object.
+        model: the timm model to score, on the device the batches go to.
+        context: what the run hands the scorer (keep ratios, the data's global crops and batch size, a teacher).
+        all_reduce_sum: sums a tensor over DDP processes (each process feeds its shard of the data).
+        batches: batches per pass, when known (the progress bar's total).
+        progress: show progress (a :class:`snapvit_pl.progress.Progress` mode).
+    """
+
+    def __init__(self, scorer: Scorer, model: nn.Module, context: Optional[ScoringContext] = None,
+                 all_reduce_sum: Optional[AllReduceSum] = None, batches: Optional[int] = None,
+                 progress: ProgressMode | bool = False):
+        self.scorer = scorer.accumulator(model, context)
+        #: passes over the data (0: a data-free scorer)
+        self.passes = self.scorer.passes if self.scorer.requires_data else 0
+        self.finished = 0  # passes ended
+        self._reduce = all_reduce_sum or (lambda t: t)
+        self.bar = Progress("importance", None if batches is None else batches * self.passes,
+                            progress if self.scorer.requires_data else "off", unit="batch")
+
+    def step(self, batch: Any) -> dict[str, Any]:
+        """Feed one batch to the scorer; returns what it logs (e.g. ``{"loss": ...}``)."""
+        metrics = self.scorer.update(batch) if self.scorer.requires_data else {}
+        self.bar.update(**metrics)
+        return metrics
+
+    def end_pass(self) -> Optional[LocalScores]:
+        """End a pass over the data: the statistics summed over processes; the next pass started (returns None), or,
+        after the last, the local scores."""
+        self.scorer.reduce(self._reduce)
+        self.finished += 1
+        if self.finished < self.passes:
+            self.scorer.next_pass()
+            return None
+        self.bar.close()
+        return self.scorer.compute()
+
+    def run(self, batches: Iterable[Any], end_pass: Optional[Callable[[], Optional[LocalScores]]] = None) -> LocalScores:
+        """Every pass over ``batches`` (none for a data-free scorer); returns the local scores. ``end_pass``: what
+        ends a pass (default :meth:`end_pass`; the pipeline's records the scores too)."""
+        end_pass = end_pass or self.end_pass
+        with self.bar:  # (closed as stopped if a batch fails)
+            while True:
+                if self.passes:
+                    for batch in batches:
+                        self.step(batch)
+                local = end_pass()
+                if local is not None:
+                    return local
+
+
 def local_importance(
     scorer: Scorer,
     model: nn.Module,
@@ -109,7 +168,8 @@ def local_importance(
     all_reduce_sum: Optional[AllReduceSum] = None,
     progress: ProgressMode | bool = False,
 ) -> LocalScores:
-    """Local scores of ``model`` from one pass over ``batches`` per scorer pass (none for data-free scorers).
+    """Local scores of ``model`` from one pass over ``batches`` per scorer pass (none for data-free scorers): the
+    :class:`ImportancePass` the pipeline runs.
 
     Args:
         scorer: the scorer's configuration (see :func:`scoring_views` for the batches it needs); a fresh copy of it
@@ -122,20 +182,8 @@ def local_importance(
         progress: show progress (a :class:`snapvit_pl.progress.Progress` mode).
     """
     check_passes(scorer, batches)
-    scorer = scorer.accumulator(model, context)
-    reduce = all_reduce_sum or (lambda t: t)
-    if not scorer.requires_data:
-        scorer.reduce(reduce)
-        return scorer.compute()
-    total = len(batches) * scorer.passes if hasattr(batches, "__len__") else None
-    with Progress("importance", total, progress, unit="batch") as bar:
-        for done in range(1, scorer.passes + 1):
-            for batch in batches:
-                bar.update(**scorer.update(batch))
-            scorer.reduce(reduce)
-            if done < scorer.passes:
-                scorer.next_pass()
-    return scorer.compute()
+    return ImportancePass(scorer, model, context, all_reduce_sum, len(batches) if hasattr(batches, "__len__") else None,
+                          progress).run(batches)
 
 
 def check_passes(scorer: Scorer, batches: Any) -> None:

@@ -130,7 +130,9 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
             return f"{c['label']} head ratio {c['head_ratio']:.2f} (schedule {c['schedule_head_ratio']:.2f}){cut}"
 
         lines.append("- head/MLP splits chosen by the fitness: " + ", ".join(map(split, requested)) + (
-            f"; {grid} more on a grid of kept parameter and FLOPs fractions (later budgets interpolate between them)"
+            f"; {grid} more on a grid of kept parameter and FLOPs fractions (a budget cut later with this run's data, "
+            "`snapvit-pl extract --config <run>/config.yaml`, gets its own race; without the data, a split "
+            "interpolated between them)"
             if grid else ""))
     lines = [line for line in lines if line]
     if report["pruned"] or report["dense"]:

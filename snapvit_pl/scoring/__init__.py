@@ -41,10 +41,9 @@ from .weights import LAMP, Magnitude, RandomScorer, lamp
 #: The pipeline's scorer when none is given (``ImportanceSettings()``, ``fit_elastic``, the presets): one definition.
 DEFAULT_SCORER: type[Scorer] = GaussNewtonGreedy
 
-SCORERS: dict[str, type[Scorer]] = {
-    cls.name: cls for cls in (OutputSensitivity, SSLFisher, LabelFisher, SNIPMagnitude, Magnitude, LAMP, RandomScorer,
-                              Activation, WandaSP, FLAP, Taylor, SSLMaskFisher, GaussNewtonGreedy)
-}
+#: The scorers by name: every class that names itself registers as it is defined (:attr:`Scorer.registry`; a
+#: user's scorer too, once its module is imported).
+SCORERS: dict[str, type[Scorer]] = Scorer.registry
 
 
 def build_scorer(name: str = DEFAULT_SCORER.name, **kwargs: Any) -> Scorer:
@@ -54,7 +53,7 @@ def build_scorer(name: str = DEFAULT_SCORER.name, **kwargs: Any) -> Scorer:
         ScoringError: unknown name.
     """
     if name not in SCORERS:
-        raise ScoringError(f"unknown scorer {name!r}; choose one of {', '.join(SCORERS)}")
+        raise ScoringError(f"unknown scorer {name!r}; choose one of {', '.join(sorted(SCORERS))}")
     return SCORERS[name](**kwargs)
 
 

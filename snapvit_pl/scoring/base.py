@@ -2,7 +2,8 @@
 
 Every scorer turns a model (and, for most, some data) into one importance score per attention
 head and per MLP hidden neuron of every block; higher means more important. The life cycle is
-the same for all of them, so one Lightning callback or loop can drive any of them::
+the same for all of them, so one loop drives any of them (:class:`snapvit_pl.pipeline.importance.ImportancePass`: the
+pipeline, its Lightning callback and ``local_importance`` share it)::
 
     scorer = config.accumulator(model, context)   # every process: a fresh scorer bound to the model
     for p in range(scorer.passes):       # one pass for most scorers
@@ -16,9 +17,10 @@ the same for all of them, so one Lightning callback or loop can drive any of the
 A scorer object is its configuration (the constructor arguments: what a YAML's ``class_path`` / ``init_args`` name,
 plain and picklable) until it is bound to a model: :meth:`Scorer.accumulator` makes a fresh, bound copy with what the
 run hands over (:class:`ScoringContext`: keep ratios, the data's global views and batch size, a teacher), so the
-configuration a run's settings hold never holds statistics. The accumulators are sums over samples, all-reduced in
-place across processes (:meth:`SummedStatistics.reduce`), never gathered; the bound copy is dropped once the scores
-exist. (``torchmetrics.Metric`` was weighed for this and not taken: ``add_state`` deep-copies each default tensor and
+configuration a run's settings hold never holds statistics (a state loads into a bound scorer only). A class that
+names itself (``name``) registers under that name as it is defined (:attr:`Scorer.registry`). The accumulators are
+sums over samples, all-reduced in place across processes (:meth:`SummedStatistics.reduce`), never gathered; the bound
+copy is dropped once the scores exist. (``torchmetrics.Metric`` was weighed for this and not taken: ``add_state`` deep-copies each default tensor and
 its synchronisation gathers every process's copy before summing, world-size times a state that is gigabytes for the
 Gauss-Newton Gram: docs/development.md.)
 """
@@ -29,7 +31,7 @@ import inspect
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Optional, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Literal, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -176,11 +178,24 @@ class Scorer(ABC):
     """
 
     name: str = "scorer"
+    #: every scorer class that names itself (its own ``name``), by that name: :func:`snapvit_pl.scoring.build_scorer`'s
+    #: choices (a class defined anywhere, a user's too, is registered as it is defined)
+    registry: ClassVar[dict[str, type["Scorer"]]] = {}
     requires_data: bool = True
     requires_labels: bool = False
     views: Optional[str] = None
     #: passes over the data before ``compute`` (``next_pass`` between them, after ``reduce``)
     passes: int = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:  # (a base of scorers: no name of its own)
+            return
+        known = Scorer.registry.get(cls.name)
+        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise TypeError(f"scorer name {cls.name!r} of {cls.__module__}.{cls.__qualname__} is taken by "
+                            f"{known.__module__}.{known.__qualname__}; give the class another name")
+        Scorer.registry[cls.name] = cls
 
     def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
         """Bind to the bare timm model (not a DDP wrapper); resets the accumulators.
@@ -197,6 +212,9 @@ class Scorer(ABC):
         """A fresh scorer of this configuration bound to ``model`` (:meth:`setup`): what a run feeds its batches to;
         this object stays a configuration."""
         bound = copy.copy(self)  # the arguments as they are: checked when this configuration was made
+        for key, value in vars(self).items():  # (a list or mapping argument is the copy's own, never shared)
+            if isinstance(value, (list, dict, set)):
+                setattr(bound, key, copy.deepcopy(value))
         bound.setup(model, context)
         return bound
 
@@ -274,11 +292,8 @@ class SummedStatistics(Scorer):
         return {k: torch.zeros_like(v) for k, v in self._acc.items()}
 
     def _start_counting(self) -> None:
-        """End of ``setup`` (``self._acc`` made): zero counts, then a state loaded before ``setup``, if any."""
+        """End of ``setup`` (``self._acc`` made): zero counts."""
         self._batches, self._samples = 0, 0
-        pending, self._pending = getattr(self, "_pending", None), None
-        if pending is not None:
-            self.load_state_dict(pending)
 
     def _note_finite(self, finite: Tensor) -> None:
         """Remember the first batch (1-based, counted after it) whose statistics were not finite, on the device: the
@@ -308,16 +323,21 @@ class SummedStatistics(Scorer):
         self._batches, self._samples = (int(round(c)) for c in counts.tolist())
 
     def state_dict(self) -> dict[str, Any]:
-        """Counts and accumulators (CPU tensors); before ``setup``: the pending or an empty state."""
+        """Counts and accumulators (CPU tensors); a configuration (not bound to a model): the empty state."""
         if getattr(self, "model", None) is None:
-            return getattr(self, "_pending", None) or {**self._identity(), "batches": 0, "samples": 0,
-                                                       "accumulators": {}}
+            return {**self._identity(), "batches": 0, "samples": 0, "accumulators": {}}
         self._check_finite_batches()  # progress saved is finite
         return {**self._identity(), "batches": self._batches, "samples": self._samples,
                 "accumulators": {k: v.detach().cpu().clone() for k, v in self._acc.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore accumulators and counts (before ``setup`` too: applied when it runs)."""
+        """Restore accumulators and counts into a bound scorer (:meth:`accumulator`): a configuration holds no
+        statistics.
+
+        Raises:
+            CheckpointError: the state is another scorer's or another configuration's, or does not fit the model.
+            ScoringError: this scorer is a configuration, not bound to a model.
+        """
         identity = self._identity()
         if any(state.get(k) != v for k, v in identity.items()):
             def described(d: dict[str, Any]) -> str:
@@ -325,8 +345,8 @@ class SummedStatistics(Scorer):
             raise CheckpointError(f"scorer state of {state.get('scorer')} {described(state)} cannot resume "
                                   f"{self.name} {described(identity)}; use the same scorer configuration")
         if getattr(self, "model", None) is None:
-            self._pending = state
-            return
+            raise ScoringError(f"{self.name}: a configuration holds no statistics; load the state into the scorer "
+                               "bound to the model (scorer.accumulator(model, context).load_state_dict(state))")
         saved = state["accumulators"]
         if not saved and not state["batches"]:  # the empty state of a scorer saved before its setup
             self._acc = self._init_accumulators()

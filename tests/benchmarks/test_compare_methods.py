@@ -156,3 +156,21 @@ def test_the_loss_under_pruning_is_dense_minus_the_default():
     assert lost["0.65,0.50"]["linear_top1"] == pytest.approx(10.0)
     table = "\n".join(degradation_table(data))
     assert "| reference | 9.0/10.0/10.0 | 9.0/10.0/10.0 |" in table
+
+
+def test_the_deep_report_names_the_correction_its_runs_were_given_and_refuses_a_mix(tmp_path):
+    from benchmarks.compare_methods_deep import merge as merge_deep
+
+    given = []
+    for name, seeds, override in (("a", [0], ["--correction.method=dense_fit"]),
+                                  ("b", [1], ["--correction.method=dense_fit"]), ("c", [2], [])):
+        data = report(seeds, ["ours", "label_fisher"])
+        data["settings"]["overrides"] = override
+        given.append(write(tmp_path, name, data))
+    merge_deep(given[:2], tmp_path / "deep")
+    text = (tmp_path / "deep.md").read_text()
+    assert "`dense_fit`" in text and "SparseGPT" not in text
+    with pytest.raises(ValueError, match="different corrections"):
+        merge_deep(given, tmp_path / "mixed")
+    merge(given[2:], tmp_path / "plain")  # compare_methods.py's own report is left as it is
+    assert "SparseGPT-style" in (tmp_path / "plain.md").read_text()

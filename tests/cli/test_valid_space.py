@@ -237,7 +237,7 @@ def commands(draw, ddp: bool = False) -> Draw:
     for key in ("data.init_args.seed", "search.seed", "model.seed"):
         if maybe():
             o[key] = draw(_seed())
-    scorer = draw(st.sampled_from(sorted(SCORERS)))
+    scorer = draw(st.sampled_from(sorted(n for n, c in SCORERS.items() if c.__module__.startswith("snapvit_pl."))))
     if scorer != "sensitivity" or maybe():
         o["importance.scorer"] = f"snapvit_pl.scoring.{SCORERS[scorer].__name__}"
     o["importance.allocation"] = draw(st.sampled_from(KINDS["importance.allocation"]))

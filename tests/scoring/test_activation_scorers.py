@@ -158,9 +158,8 @@ def test_resume_and_errors():
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     state = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
-    resumed = FLAP()
-    resumed.load_state_dict(state)  # before setup: applied when it runs
-    resumed.setup(model)
+    resumed = FLAP().accumulator(model)
+    resumed.load_state_dict(state)
     for batch in x[2:].split(2):
         resumed.update(batch)
     got = resumed.compute()

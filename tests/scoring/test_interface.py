@@ -1,5 +1,6 @@
 import copy
 import pickle
+from typing import Optional
 
 import pytest
 import torch
@@ -102,16 +103,52 @@ def test_given_teacher_is_used():
 
 
 def test_build_scorer_names_and_errors():
-    assert set(SCORERS) == {"ssl_fisher", "label_fisher", "magnitude", "lamp", "snip_magnitude", "random", "activation",
-                            "wanda_sp", "flap", "taylor", "sensitivity", "ssl_mask_fisher", "gn_greedy"}
+    assert {n for n, c in SCORERS.items() if c.__module__.startswith("snapvit_pl.")} == {
+        "ssl_fisher", "label_fisher", "magnitude", "lamp", "snip_magnitude", "random", "activation", "wanda_sp", "flap",
+        "taylor", "sensitivity", "ssl_mask_fisher", "gn_greedy"}
+    assert all(cls.name == name for name, cls in SCORERS.items())
     assert isinstance(build_scorer("ssl_fisher", reduction="fisher"), SSLFisher)
     assert build_scorer("snip_magnitude", n_global=1).n_global == 1
-    with pytest.raises(ScoringError, match="unknown scorer .fisher.; choose one of sensitivity, ssl_fisher"):
+    with pytest.raises(ScoringError, match="unknown scorer .fisher.; choose one of activation, flap, gn_greedy"):
         build_scorer("fisher")
     with pytest.raises(ScoringError, match="unknown reduction 'mean'"):
         SSLFisher(reduction="mean")
     with pytest.raises(ScoringError, match="n_global must be >= 1"):
         SSLFisher(n_global=0)
+
+
+def test_a_scorer_registers_under_the_one_name_it_gives_itself_and_a_taken_name_is_refused():
+    """The name is written once, in the class: defining it registers it (a user's scorer too); a bound copy gets
+    its own copy of a list argument, so a run never changes the configuration."""
+    from snapvit_pl.scoring import Scorer
+
+    class Counted(Scorer):
+        name = "test_counted"
+        requires_data = False
+
+        def __init__(self, seen: Optional[list] = None):
+            self.seen = [] if seen is None else seen
+
+        def setup(self, model, context=None):
+            super().setup(model, context)
+            self.seen.append(len(self.blocks))
+
+        def compute(self):
+            return LocalScores([torch.ones(b.heads.num_units) for b in self.blocks],
+                               [torch.ones(b.neurons.num_units) for b in self.blocks])
+
+    try:
+        assert SCORERS["test_counted"] is Counted and isinstance(build_scorer("test_counted"), Counted)
+        configuration = Counted()
+        bound = configuration.accumulator(build("dino_vit"))
+        assert bound.seen == [len(bound.blocks)] and configuration.seen == []
+        with pytest.raises(TypeError, match="scorer name 'magnitude' of .*Impostor is taken by "
+                                            "snapvit_pl.scoring.weights.Magnitude"):
+            class Impostor(Magnitude):
+                name = "magnitude"
+        assert SCORERS["magnitude"] is Magnitude
+    finally:
+        SCORERS.pop("test_counted", None)
 
 
 @pytest.mark.parametrize("scorer", [SSLFisher(3, "fisher"), LabelFisher(), SNIPMagnitude(alpha=0.01), Magnitude(1),
