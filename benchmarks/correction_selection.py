@@ -30,6 +30,17 @@ from benchmarks.common import RESULTS, display, machine_info, model_overrides, p
 from benchmarks.compare_methods import REPORTED  # noqa: E402
 
 AS_CUT = "as cut"
+#: The correction defaults every run of issue 55 was made with (before the defaults changed to 1000 calibration
+#: images and reconstruct_lr 1e-3): a variant's description and its cost measurement name those its run used.
+RUN_DEFAULTS = {"--correction.num_samples": "256", "--correction.reconstruct_lr": "0.0003"}
+
+
+def _as_run(overrides: list[str]) -> list[str]:
+    """A run's correction overrides with the defaults it ran with made explicit (the rate only where it stepped)."""
+    given = {o.split("=", 1)[0] for o in overrides}
+    implied = [f"{key}={value}" for key, value in RUN_DEFAULTS.items() if key not in given and (
+        key != "--correction.reconstruct_lr" or "--correction.reconstruct_steps" in given)]
+    return overrides + implied
 
 
 def load_runs(runs: list[tuple[str, Path]]) -> dict[str, Any]:
@@ -39,7 +50,7 @@ def load_runs(runs: list[tuple[str, Path]]) -> dict[str, Any]:
     overrides: dict[str, list[str]] = {}
     for variant, path in runs:
         report = json.loads(Path(path).read_text())
-        overrides[variant] = [o for o in report["settings"]["overrides"] if o.startswith("--correction.")]
+        overrides[variant] = _as_run([o for o in report["settings"]["overrides"] if o.startswith("--correction.")])
         for model, entry in report["models"].items():
             slot = models.setdefault(model, {"dense": entry["dense"], "cells": {}, "kept": {}})
             for row in entry["rows"]:

@@ -56,7 +56,8 @@ MODELS = {  # name -> timm architecture at 224 px, random weights, in the order 
 TINY = BackboneSpec("vit_small_patch16_224", False, None,
                     {"num_classes": 0, "img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 4})
 #: The sizes of a real run (configs/prune/dino_vitb16.yaml): the per-image costs are scaled to these.
-CONFIG_SIZES = {"images": 1000, "evaluations": 50, "fitness_images": 1000, "calibration": 256}
+CONFIG_SIZES = {"images": 1000, "evaluations": 50, "fitness_images": 1000,
+                "calibration": CorrectionSettings().num_samples}
 #: The importance pass's batch on an accelerator (the presets' 16 leaves an H200 idle between kernels; ViT-g/14's
 #: activations for 64 images and 4 probe backward passes fit in a few GB): prune.py's data.init_args.batch_size.
 ACCELERATOR_SCORING_BATCH = 64
@@ -166,6 +167,7 @@ def extras(spec: BackboneSpec, args: argparse.Namespace, device: torch.device, l
     synchronize(device)
     out["correction_one_model_s"] = time.perf_counter() - started
     out["correction_s_at_config"] = out["correction_one_model_s"] / args.calibration_images * CONFIG_SIZES["calibration"]
+    out["correction_reconstruct_steps"] = CorrectionSettings().steps_on(device)  # auto: none on the CPU
     log(f"{spec.model_name}: correction of one model {out['correction_one_model_s']:.1f} s")
     images = fitness.to(device)
     evaluated: list[torch.Tensor] = []
@@ -258,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     args.evaluations = [int(e) for e in args.evaluations.split(",")]
     args.fitness_images, args.fitness_batch, args.pca_components = 1000, 250, 192
-    args.calibration_images = 256
+    args.calibration_images = CONFIG_SIZES["calibration"]  # the default (with reconstruction on an accelerator)
     args.popsize, args.split_grid, args.split_candidates = 8, 0.1, 7
     args.throughput_batches, args.warmup, args.repeats, args.precisions = [1, 64, 256], 5, 20, ("bf16", "32")
     specs = {name: MODELS[name] for name in args.models.split(",")}

@@ -104,6 +104,18 @@ def field_error(source: object, field: str, found: object, allowed: str, fix: st
     return CheckpointError(f"{source}: {field} is {shown}, expected {allowed}{'; ' + fix if fix else ''}")
 
 
+def _expected(kind: str) -> str:
+    """jsonargparse's name of an expected type as words: ``<class 'int'>`` -> ``an integer``,
+    ``typing.Literal['auto']`` -> ``auto``."""
+    import re
+
+    words = {"int": "an integer", "float": "a number", "bool": "true or false", "NoneType": "null", "str": "text"}
+    named = re.fullmatch(r"<class '(\w+)'>", kind)
+    if named:
+        return words.get(named.group(1), named.group(1))
+    return " or ".join(re.findall(r"'([^']+)'", kind)) if kind.startswith("typing.Literal") else kind
+
+
 def config_error(err: BaseException, command: str, parser: object = None) -> "ConfigError":
     """A configuration parser's (jsonargparse) error as one line: the deepest key named and why it was refused; for
     a misspelt option (of the command, ``parser``'s, or of a class given by ``class_path``: ``--data.init_args.rot``)
@@ -117,20 +129,19 @@ def config_error(err: BaseException, command: str, parser: object = None) -> "Co
     message = str(err)
     keys = re.findall(r'(?:Parser key|key) "([^"]+)"', message)
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    given = None
     reason = lines[0] if lines else type(err).__name__
     nested = [i for i, line in enumerate(lines) if line.startswith(("Parser key", "- Problem with given class_path"))]
     if nested and nested[-1] + 1 < len(lines):  # the deepest refusal's own reason
         reason = lines[nested[-1] + 1]
-    if reason.startswith("Does not validate against any of the Union subtypes"):  # Optional[X]: why not an X
-        reason = next((line[2:] for line in lines if line.startswith("- Not of type")), reason)
+    if reason.startswith("Does not validate against any of the Union subtypes"):  # what each subtype expected
         given = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Given value:")), None)
-    restricted = re.match(r"Not of type \w+: (?:(\S+) )?does not conform to restriction (.+)", reason)
-    if restricted:  # a constrained number type (snapvit_pl.ranges): "-1 is out of range: must be > 0"
-        value = restricted.group(1) or (given if nested and "Union" in message else None)
-        bounds = " and ".join(re.sub(r"^v([<>]=?)", r"\1 ", part) for part in restricted.group(2).split(" and "))
-        reason = f"{value + ' is ' if value else ''}out of range: must be {bounds}"
-    elif reason.startswith("Not of type ") and ": " in reason:  # the type's own message (Budget.parse's) is the reason
+        expected = [_expected(line[len("- Expected a "):]) for line in lines if line.startswith("- Expected a ")]
+        reason = next((line[2:] for line in lines if line.startswith("- Not of type")), None) or (
+            f"expected {' or '.join(expected)}, got {given!r}" if expected and given is not None else reason)
+    elif reason.startswith("Expected a ") and ". Got value: " in reason:  # a number or a bool that is none
+        kind, value = reason[len("Expected a "):].split(". Got value: ", 1)
+        reason = f"expected {_expected(kind)}, got {value!r}"
+    if reason.startswith("Not of type ") and ": " in reason:  # the type's own message (Budget.parse's) is the reason
         reason = reason.split(": ", 1)[1]
     keys = [k for k in keys if not k.startswith("--")]
     key = ".".join(keys)

@@ -1,110 +1,141 @@
-"""Numeric ranges as types: the one declaration of each setting's range.
+"""Numeric ranges as annotations: the one declaration of each setting's range, and the one check of it.
 
-A field or argument annotated ``PositiveInt``, ``ClosedUnitInterval``, ... (jsonargparse's constrained types) is
-refused out of range by the command line's parser, before any work, and its ``--help`` line names the type;
-:func:`check_fields` and :func:`check_arguments` apply the same annotations to objects built from Python.
+A field or argument annotated ``PositiveInt``, ``ClosedUnitInterval``, ... (``Annotated[int, Range(...)]``) is
+checked where the object is built (:func:`check_fields` in a settings dataclass's ``__post_init__``,
+:func:`check_arguments` in a constructor): once per value, whether it came from the command line, a YAML file or
+Python. The command lines' parser reads these annotations as plain ``int`` / ``float`` (jsonargparse ignores
+``Annotated`` metadata: it converts the text, the object checks the range), and their ``--help`` derives each
+option's range from the same :class:`Range` (:func:`range_types`, :func:`describe_range`).
 """
 from __future__ import annotations
 
 import math
 import operator
-import re
 import typing
-from dataclasses import fields, is_dataclass
-from typing import Any, Callable, Mapping, Optional
-
-from jsonargparse.typing import (  # re-exported: the project's range vocabulary
-    ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, OpenUnitInterval, PositiveFloat, PositiveInt,
-    restricted_number_type,
-)
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Annotated, Any, Callable, Mapping, Optional
 
 from .errors import ConfigError
 
+_OPERATORS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
+@dataclass(frozen=True)
+class Range:
+    """The numbers a setting accepts: its ``base`` (``int`` or ``float``) and ``limits`` (``((">", 0), ...)``, all
+    of which hold)."""
+
+    name: str
+    base: type
+    limits: tuple[tuple[str, Any], ...]
+
+    def describe(self) -> str:
+        """``"an integer > 0"``, ``"a number >= 0 and <= 1"``."""
+        kind = "an integer" if self.base is int else "a number"
+        return f"{kind} {' and '.join(f'{op} {bound}' for op, bound in self.limits)}"
+
+    def admits(self, value: Any) -> bool:
+        """Whether ``value`` is a finite number of the base kind within every limit (a bool is no number)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.base is int and not (isinstance(value, int) or float(value).is_integer()):
+            return False
+        return math.isfinite(value) and all(_OPERATORS[op](value, bound) for op, bound in self.limits)
+
+
+def _ranged(name: str, base: type, *limits: tuple[str, Any]) -> Any:
+    return Annotated[base, Range(name, base, tuple(limits))]
+
+
+PositiveInt = _ranged("PositiveInt", int, (">", 0))
+NonNegativeInt = _ranged("NonNegativeInt", int, (">=", 0))
+PositiveFloat = _ranged("PositiveFloat", float, (">", 0))
+NonNegativeFloat = _ranged("NonNegativeFloat", float, (">=", 0))
+#: A float in [0, 1].
+ClosedUnitInterval = _ranged("ClosedUnitInterval", float, (">=", 0), ("<=", 1))
+#: A float in (0, 1).
+OpenUnitInterval = _ranged("OpenUnitInterval", float, (">", 0), ("<", 1))
 #: A float in [0, 1) (a smoothing, a grid spacing where 0 means none).
-HalfOpenUnitInterval = restricted_number_type("HalfOpenUnitInterval", float, [(">=", 0.0), ("<", 1.0)],
-                                              docstring="float restricted to be ≥0 and <1")
+HalfOpenUnitInterval = _ranged("HalfOpenUnitInterval", float, (">=", 0), ("<", 1))
 #: The seeds accepted everywhere (NumPy's seeds are 32-bit).
 SEED_RANGE = (0, 2**32 - 1)
 #: A seed: an int in :data:`SEED_RANGE`.
-Seed = restricted_number_type("Seed", int, [(">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1])],
-                              docstring=f"int restricted to be ≥{SEED_RANGE[0]} and ≤{SEED_RANGE[1]}")
+Seed = _ranged("Seed", int, (">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1]))
 #: An int of at least 2 (a population).
-AtLeastTwo = restricted_number_type("AtLeastTwo", int, [(">=", 2)], docstring="int restricted to be ≥2")
+AtLeastTwo = _ranged("AtLeastTwo", int, (">=", 2))
 
 __all__ = ["AtLeastTwo", "ClosedUnitInterval", "HalfOpenUnitInterval", "NonNegativeFloat", "NonNegativeInt",
-           "OpenUnitInterval", "PositiveFloat", "PositiveInt", "SEED_RANGE", "Seed", "bounds", "check_arguments", "plain", "check_fields", "describe_range",
-           "range_types"]
+           "OpenUnitInterval", "PositiveFloat", "PositiveInt", "Range", "SEED_RANGE", "Seed", "bounds",
+           "check_arguments", "check_fields", "check_value", "declared_hints", "describe_range", "range_types"]
 
 
-def range_types(hint: Any) -> tuple[type, ...]:
-    """The constrained number types in an annotation (``Optional[PositiveInt]`` -> ``(PositiveInt,)``)."""
-    return tuple(kind for kind in typing.get_args(hint) or (hint,) if isinstance(kind, type)
-                 and issubclass(kind, (int, float)) and kind not in (int, float, bool))
+def range_types(hint: Any) -> tuple[Range, ...]:
+    """The ranges an annotation declares (``Optional[PositiveInt]`` -> ``(Range("PositiveInt", ...),)``)."""
+    if typing.get_origin(hint) is Annotated:
+        return tuple(meta for meta in hint.__metadata__ if isinstance(meta, Range))
+    return tuple(found for part in typing.get_args(hint) if typing.get_origin(hint) is typing.Union
+                 for found in range_types(part))
 
 
-def describe_range(kind: type) -> str:
-    """``PositiveInt`` -> ``"an integer > 0"``, ``ClosedUnitInterval`` -> ``"a number >= 0 and <= 1"``."""
-    text = (kind.__doc__ or kind.__name__).replace("≥", ">=").replace("≤", "<=")
-    text = text.replace("int restricted to be ", "an integer ").replace("float restricted to be ", "a number ")
-    return re.sub(r"([<>]=?)(-?\d)", r"\1 \2", text)
+def describe_range(kind: Any) -> str:
+    """``PositiveInt`` (or its :class:`Range`) -> ``"an integer > 0"``."""
+    return kind.describe() if isinstance(kind, Range) else " or ".join(r.describe() for r in range_types(kind))
 
 
 def bounds(hint: Any) -> list[list[Any]]:
-    """An annotation's range as ``[[">", 0], ["<", 1]]`` (what the help's option list records for the checks made
-    before torch is imported); empty without a constrained type."""
-    symbols = {operator.gt: ">", operator.ge: ">=", operator.lt: "<", operator.le: "<="}
-    return [[symbols[op], bound] for kind in range_types(hint) for op, bound in getattr(kind, "_restrictions", ())
-            if op in symbols]
+    """An annotation's limits as ``[[">", 0], ["<", 1]]``; empty without a declared range."""
+    return [[op, bound] for found in range_types(hint) for op, bound in found.limits]
 
 
-def _check(name: str, value: Any, hint: Any) -> None:
-    if value is None:
+def declared_hints(owner: Any, prefix: str) -> dict[str, Any]:
+    """``{"prefix.name": annotation}`` of a dataclass's fields or a class's constructor arguments, with their declared
+    ranges (a parser reads the annotations without them: what a ``--help`` shows them from)."""
+    if is_dataclass(owner):
+        hints = typing.get_type_hints(owner, include_extras=True)
+    else:
+        hints = {}
+        for klass in reversed(owner.__mro__):  # a subclass's own arguments last (they win)
+            if "__init__" in vars(klass) and klass is not object:
+                try:
+                    hints.update(typing.get_type_hints(klass.__init__, include_extras=True))
+                except Exception:  # a foreign class whose annotations do not resolve: no ranges there
+                    continue
+    return {f"{prefix}.{name}": hint for name, hint in hints.items() if name != "return"}
+
+
+def _literals(hint: Any) -> set[Any]:
+    """The words an annotation accepts besides its numbers (``Union[PositiveInt, Literal["auto"]]`` -> ``{"auto"}``)."""
+    return {word for part in typing.get_args(hint) if typing.get_origin(part) is typing.Literal
+            for word in typing.get_args(part)}
+
+
+def check_value(name: str, value: Any, hint: Any) -> None:
+    """The range check: refuse ``value`` of the setting ``name`` outside the range ``hint`` declares (one
+    :class:`ConfigError` naming the setting, the range and the value); None and the hint's words pass."""
+    words = _literals(hint)
+    if value is None or (isinstance(value, str) and value in words):
         return
-    for kind in range_types(hint):
-        try:
-            kind(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be {describe_range(kind)}, got {value!r}") from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name} must be a finite number, got {value!r}")
-
-
-def plain(value: Any) -> Any:
-    """``value`` with every constrained number (the parser makes ``PositiveInt(3)``, an ``int`` subclass) as a plain
-    ``int`` / ``float``, through lists, tuples, mappings and jsonargparse namespaces (those in place): what a run
-    records, pickles (``torch.load(weights_only=True)`` reads no foreign class) and hands to torch is plain data.
-    (Instantiating a class from the parsed config casts its arguments again: :func:`check_fields` makes the settings
-    dataclasses plain once more, the one place those values are kept and saved.)"""
-    from jsonargparse import Namespace
-
-    if isinstance(value, bool) or type(value) in (int, float):
-        return value
-    if isinstance(value, (int, float)):
-        return int(value) if isinstance(value, int) else float(value)
-    if isinstance(value, Namespace):
-        for key, item in value.items():
-            value[key] = plain(item)
-        return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(plain(item) for item in value)
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    return value
+    for found in range_types(hint):
+        if not found.admits(value):
+            alternatives = "".join(f" or {word}" for word in sorted(map(str, words)))
+            finite = isinstance(value, float) and not math.isfinite(value)
+            raise ConfigError(f"{name} must be a finite number, got {value!r}" if finite else
+                              f"{name} must be {found.describe()}{alternatives}, got {value!r}")
 
 
 def check_fields(settings: Any, section: str) -> None:
     """Check a dataclass's fields against their annotations' ranges (one :class:`ConfigError` naming
-    ``section.field``, the YAML key, and the range), and make them plain numbers (:func:`plain`)."""
+    ``section.field``, the YAML key, and the range)."""
     assert is_dataclass(settings)
-    hints = typing.get_type_hints(type(settings))
+    hints = typing.get_type_hints(type(settings), include_extras=True)
     for item in fields(settings):
-        _check(f"{section}.{item.name}", getattr(settings, item.name), hints.get(item.name))
-        setattr(settings, item.name, plain(getattr(settings, item.name)))  # (the parser's PositiveInt(3) -> 3)
+        check_value(f"{section}.{item.name}", getattr(settings, item.name), hints.get(item.name))
 
 
 def check_arguments(function: Callable[..., Any], arguments: Mapping[str, Any], section: str,
                     skip: Optional[set[str]] = None) -> None:
-    """Check ``arguments`` (e.g. an ``__init__``'s locals) against ``function``'s annotations' ranges."""
-    for name, hint in typing.get_type_hints(function).items():
-        if name != "return" and name not in (skip or ()):
-            _check(f"{section}.{name}", arguments.get(name), hint)
+    """Check ``arguments`` (e.g. an ``__init__``'s locals) against ``function``'s annotations' ranges (those that
+    ``arguments`` holds)."""
+    for name, hint in typing.get_type_hints(function, include_extras=True).items():
+        if name != "return" and name not in (skip or ()) and name in arguments:
+            check_value(f"{section}.{name}", arguments[name], hint)

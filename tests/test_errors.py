@@ -10,15 +10,18 @@ NESTED = '''Parser key "data":
   Errors:
     - Problem with given class_path 'snapvit_pl.data.ClassificationDataModule':
         Parser key "batch_size":
-          Not of type PositiveInt: 0 does not conform to restriction v>0
+          Expected a <class 'int'>. Got value: abc
     - Expected a <class 'NoneType'>
   Given value type: <class 'jsonargparse._util.NestedArg'>'''
 
 
 @pytest.mark.parametrize("message, expected", [
-    (NESTED, "--data.init_args.batch_size: 0 is out of range: must be > 0"),
+    (NESTED, "--data.init_args.batch_size: expected an integer, got 'abc'"),
     ('Parser key "search.max_evaluations":\n  Expected a <class \'int\'>. Got value: abc',
-     "--search.max_evaluations: Expected a <class 'int'>. Got value: abc"),
+     "--search.max_evaluations: expected an integer, got 'abc'"),
+    ('Parser key "correction.reconstruct_steps":\n  Does not validate against any of the Union subtypes\n  Errors:\n'
+     '    - Expected a <class \'int\'>\n    - Expected a typing.Literal[\'auto\']\n  Given value: many',
+     "--correction.reconstruct_steps: expected an integer or auto, got 'many'"),
 ])
 def test_parser_errors_become_one_line_naming_the_key(message, expected):
     error = config_error(argparse.ArgumentError(None, message), "python prune.py")
@@ -37,8 +40,8 @@ def test_a_misspelt_option_gets_the_likely_one_at_any_depth():
                          "python prune.py", parser)
     assert str(error) == ("--search.max_evaluationz: no such option; did you mean --search.max_evaluations? see python "
                           "prune.py --help for the options")
-    nested = NESTED.replace("Parser key \"batch_size\":\n          Not of type PositiveInt: 0 does not conform to "
-                            "restriction v>0", "Option 'rot' is not accepted")
+    nested = NESTED.replace("Parser key \"batch_size\":\n          Expected a <class 'int'>. Got value: abc",
+                            "Option 'rot' is not accepted")
     assert str(config_error(argparse.ArgumentError(None, nested), "snapvit-pl evaluate")) == (
         "--data.init_args.rot: no such option; did you mean --data.init_args.root? see snapvit-pl evaluate --help for "
         "the options")

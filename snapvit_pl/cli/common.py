@@ -636,13 +636,7 @@ def command_parser(prog: str, doc: str, sections: Iterable[str], epilog: Optiona
     (the help's description)."""
     from jsonargparse import ArgumentParser
 
-    from ..ranges import plain
-
-    class Parser(ArgumentParser):
-        def parse_args(self, *args: Any, **kwargs: Any) -> Any:  # constrained numbers as plain ints / floats
-            return plain(super().parse_args(*args, **kwargs))
-
-    parser = Parser(prog=prog, description=describe(doc), epilog=epilog, exit_on_error=False,
+    parser = ArgumentParser(prog=prog, description=describe(doc), epilog=epilog, exit_on_error=False,
                             formatter_class=help_formatter())
     parser.add_argument("--config", action=config_action(sections), help="a YAML of these options (or a config of "
                         "another snapvit-pl command: the sections this one does not use are left out), or the name "

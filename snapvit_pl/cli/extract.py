@@ -82,8 +82,8 @@ def _extract(argv: list[str]) -> int:
         arg == f"--model.{key}" or arg.startswith(f"--model.{key}=") for arg in argv)}
     overrides = {k: v for k, v in dict(args.model.items()).items() if v is not None or k in nulls}
     spec = BackboneSpec.from_dict({**recorded, **overrides}, f"{args.scores} (with the --model overrides)")
-    export = ExportSettings(**{k: args.export[k] for k in _EXPORT_FIELDS},
-                            mlp_multiple=args.export.mlp_multiple or scores.mlp_multiple)
+    multiple = scores.mlp_multiple if args.export.mlp_multiple is None else args.export.mlp_multiple  # 0: refused
+    export = ExportSettings(**{k: args.export[k] for k in _EXPORT_FIELDS}, mlp_multiple=multiple)
     if export.latency_table is None:
         export.latency_table = str(out_dir / "latency_table.json")
     settings = PipelineSettings(export=export, correction=CorrectionSettings(**args.correction.as_dict()))

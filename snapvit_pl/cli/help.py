@@ -15,7 +15,7 @@ import re
 import textwrap
 import typing
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from .common import config_label
 from .preflight import settings_in_effect
@@ -132,6 +132,8 @@ def _plain(text: str) -> str:
 
 
 def _metavar(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Annotated:  # a declared range (snapvit_pl.ranges): the number's own kind
+        return _metavar(typing.get_args(hint)[0])
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Union:
         inner = [a for a in args if a is not type(None)]
@@ -165,6 +167,8 @@ def _kind(hint: Any) -> Any:
         if len(inner) != 1:
             return None
         hint, optional = inner[0], True
+    if typing.get_origin(hint) is typing.Annotated:  # a declared range: the number's own kind
+        hint = typing.get_args(hint)[0]
     if typing.get_origin(hint) is typing.Literal:
         return [*typing.get_args(hint), *([None] if optional else [])]
     for name, kind in (("bool", bool), ("int", int), ("float", float)):
@@ -177,7 +181,7 @@ def _entry(key: str, hint: Any, default: Any, help_text: str) -> list[str]:
     from ..ranges import describe_range, range_types
 
     metavar = _metavar(hint)
-    ranges = "".join(f"; {describe_range(kind)}" for kind in range_types(hint))  # the type's range: the parser's check
+    ranges = "".join(f"; {describe_range(kind)}" for kind in range_types(hint))  # the declared range (snapvit_pl.ranges)
     if ranges and typing.get_origin(hint) is typing.Union and type(None) in typing.get_args(hint):
         ranges += " or null"
     head = f"  --{key} {metavar if len(metavar) <= 24 else 'VALUE'}  (default: {_shown(default, 50)}{ranges})"
@@ -194,27 +198,31 @@ def _class_entries(cls: type, prefix: str, skip: Sequence[str] = ()) -> list[str
         for param in docstring_parser.parse(klass.__doc__ or "").params:
             for name in param.arg_name.replace(" ", "").split(","):
                 documented.setdefault(name, param.description or "")
+    from ..ranges import declared_hints
+
+    declared = declared_hints(cls, prefix)
     lines = []
     for action in _parser_of(cls, prefix)._actions:
         name = action.dest[len(prefix) + 1:]
         if type(action).__name__ in _SKIPPED_ACTIONS or not action.dest.startswith(prefix + ".") or name in skip:
             continue
-        lines += _entry(action.dest, getattr(action, "_typehint", None), action.default,
+        lines += _entry(action.dest, declared.get(action.dest, getattr(action, "_typehint", None)), action.default,
                         action.help or documented.get(name, ""))
     return lines
 
 
-def render_options(parser: Any) -> dict[str, Any]:
+def render_options(parser: Any, declared: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """What ``prune_options.json`` holds, rendered from ``prune.py``'s parser (:func:`snapvit_pl.cli.prune.prune_parser`):
-    the option list as text, every option key, and the code's defaults of the first screen's options."""
+    the option list as text, every option key, and the code's defaults of the first screen's options. ``declared``:
+    the options' annotations with their ranges (:func:`snapvit_pl.cli.prune.declared_option_hints`; the parser's own
+    copies have lost them), shown with each option."""
     from ..data import ClassificationDataModule
-    from ..ranges import bounds
     from ..scoring import DEFAULT_SCORER
 
+    declared = declared or {}
     lines: list[str] = []
     keys: list[str] = []
     kinds: dict[str, Any] = {}
-    ranges: dict[str, Any] = {}
     for group in parser._action_groups:
         actions = [a for a in group._group_actions if type(a).__name__ not in _SKIPPED_ACTIONS]
         if not actions:
@@ -226,9 +234,7 @@ def render_options(parser: Any) -> dict[str, Any]:
             kind = _kind(getattr(action, "_typehint", None))
             if kind is not None and not action.dest.startswith("trainer."):
                 kinds[action.dest] = kind
-                if bounds(getattr(action, "_typehint", None)):
-                    ranges[action.dest] = bounds(action._typehint)
-            lines += _entry(action.dest, getattr(action, "_typehint", None), action.default,
+            lines += _entry(action.dest, declared.get(action.dest, getattr(action, "_typehint", None)), action.default,
                             {"seed_everything": SEED_HELP, "config": CONFIG_HELP}.get(action.dest, action.help))
             if action.dest == "importance.scorer":
                 lines += [f"    {DEFAULT_SCORER.__name__}'s arguments (--importance.scorer.help CLASS: another's):"]
@@ -240,11 +246,7 @@ def render_options(parser: Any) -> dict[str, Any]:
     defaults = {a.dest: a.default for a in parser._actions}
     first = {key: _jsonable(defaults.get(key, data_defaults.get(key))) for key in FIRST_SCREEN_KEYS}
     first["seg_data"] = first.get("seg_data") or None
-    for action in _parser_of(ClassificationDataModule, "data.init_args")._actions:  # the default data's ranges
-        if bounds(getattr(action, "_typehint", None)):
-            ranges[action.dest] = bounds(action._typehint)
     return {"generated_by": "python -m snapvit_pl.cli.options", "options": sorted(keys), "kinds": kinds,
-            "ranges": ranges,
             "defaults": first,
             "text": "\n".join(lines[1:]) + "\n"}
 

@@ -8,14 +8,14 @@ import sys
 from typing import Optional
 
 from .help import OPTIONS_FILE, render_options
-from .prune import prune_parser
+from .prune import declared_option_hints, prune_parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Write ``prune_options.json``; returns the exit status."""
     from ..io import write_text_atomic
 
-    write_text_atomic(OPTIONS_FILE, json.dumps(render_options(prune_parser()), indent=1) + "\n")
+    write_text_atomic(OPTIONS_FILE, json.dumps(render_options(prune_parser(), declared_option_hints()), indent=1) + "\n")
     print(f"wrote {OPTIONS_FILE}")
     return 0
 

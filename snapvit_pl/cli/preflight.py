@@ -143,22 +143,11 @@ def check_option_names(keys: Iterable[str], known: Sequence[str], command: str,
         raise ConfigError(f"--{key}: no such option; {hint}see {command} --help for the options")
 
 
-def check_option_values(values: dict[str, Any], kinds: dict[str, Any], command: str,
-                        ranges: Optional[dict[str, Any]] = None) -> None:
+def check_option_values(values: dict[str, Any], kinds: dict[str, Any], command: str) -> None:
     """Refuse a value of the wrong kind for a plain option (``kinds``: option -> ``"int"``, ``"float"``,
-    ``"bool"`` (``"?"``: or null) or a list of choices), or out of its range (``ranges``: option ->
-    ``[[">", 0], ...]``, :func:`snapvit_pl.ranges.bounds`), as the command's parser would."""
-    import operator
-
-    compare = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+    ``"bool"`` (``"?"``: or null) or a list of choices), as the command's parser would. A number's range is not
+    checked here: the settings object checks it, once, as it is built (:mod:`snapvit_pl.ranges`)."""
     for key, value in values.items():
-        limits = (ranges or {}).get(key)
-        number = _value(value) if isinstance(value, str) else value
-        if limits and isinstance(number, (int, float)) and not isinstance(number, bool) and \
-                not all(compare[op](number, bound) for op, bound in limits):
-            shown = " and ".join(f"{op} {bound}" for op, bound in limits)
-            raise ConfigError(f"--{key}: {value} is out of range: must be {shown}; see {command} --help for the "
-                              "accepted values")
         kind = kinds.get(key)
         if kind is None or (value is None and (isinstance(kind, list) or kind.endswith("?"))):
             continue

@@ -50,6 +50,19 @@ def settings_groups() -> dict[str, type]:
     return {f.name: hints[f.name] for f in fields(PipelineSettings)}
 
 
+def declared_option_hints() -> dict[str, Any]:
+    """The annotations of the options the settings groups and the model declare, with their ranges
+    (``{"search.sigma": PositiveFloat, ...}``): what ``--help`` shows; the parser reads them without the ranges, which
+    the settings check as they are built (:mod:`snapvit_pl.ranges`)."""
+    from ..lightning.pruning_module import PruningModule
+    from ..ranges import declared_hints
+
+    hints = declared_hints(PruningModule, "model")
+    for group, settings in settings_groups().items():
+        hints.update(declared_hints(settings, group))
+    return hints
+
+
 def check_before_imports(argv: list[str]) -> None:
     """What ``argv`` (its configs and options) can be refused for before torch is imported: an unknown option, a
     value of the wrong kind, a progress mode, a run directory that cannot be one, a missing weights file or data
@@ -69,7 +82,7 @@ def check_before_imports(argv: list[str]) -> None:
     if str(values.get("data.class_path") or "ClassificationDataModule").split(".")[-1] == "ClassificationDataModule":
         arguments["data.init_args."] = re.findall(r"^  --(data\.init_args\.\w+) ", known["text"], re.M)
     check_option_names(keys, known["options"], program("prune"), arguments)
-    check_option_values(values, known["kinds"], program("prune"), known.get("ranges"))
+    check_option_values(values, known["kinds"], program("prune"))
     if values.get("progress", "auto") not in MODES:
         raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {values['progress']!r}")
     if values.get("out_dir"):
@@ -171,7 +184,6 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
     from ..lightning.trainer_policy import PRUNING_TRAINER_DEFAULTS
     from ..pipeline.resume import CONFIG_FILE, check_unchanged
     from ..pipeline.settings import PipelineSettings
-    from ..ranges import plain
 
     groups = settings_groups()
     lightning_information(logging.WARNING)  # a pruning run prints its own progress only
@@ -211,7 +223,6 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
             super().parse_arguments(parser, args)
             if self.config.seed_everything is True:  # a random seed, drawn here and recorded (Lightning would use 0)
                 self.config.seed_everything = secrets.randbelow(SEED_RANGE[1] + 1)
-            plain(self.config)  # constrained numbers as plain ints / floats (recorded, pickled in the resume state)
             check_seed(self.config.seed_everything)  # (Lightning seeds before before_instantiate_classes)
 
         def before_instantiate_classes(self) -> None:

@@ -35,7 +35,6 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
     from pytorch_lightning.cli import LightningCLI
 
     from ..data import VisionDataModule
-    from ..ranges import plain
     if pretrain:
         from ..lightning.self_distillation import SelfDistillationModule as module_class
         description = "Train a ViT without labels by DINO self-distillation."
@@ -53,7 +52,6 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
             from ..seeding import check_seed
 
             super().parse_arguments(parser, args)
-            plain(self.config)  # constrained numbers as plain ints / floats (saved in checkpoints and hparams)
             # before LightningCLI reads the checkpoint's settings into the model's (it would build that model)
             subcommand = self.config.get("subcommand")
             config = self.config[subcommand] if subcommand else self.config

@@ -25,6 +25,11 @@ from ..progress import Progress, ProgressMode
 from ..ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields
 from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, ColumnCorrector, Damping
 
+#: Block-wise reconstruction's steps per pruned block where ``reconstruct_steps: auto`` runs it (an accelerator), and
+#: its learning rate: chosen on the development models (docs/method.md, section 4).
+RECONSTRUCT_STEPS = 1000
+RECONSTRUCT_LR = 1e-3
+
 # (unit group, the Linear whose input columns it owns), in the order they are corrected.
 _STAGES = (("heads", "proj"), ("neurons", "fc2"))
 
@@ -57,21 +62,23 @@ class CorrectionSettings:
             the patch tokens) in the last block's fit, as a multiple of all of an image's tokens (0: none).
         reconstruct_steps: ``dense_fit`` only: gradient steps (Adam) per pruned block on all of its parameters
             toward the dense block's output after the fit (block-wise reconstruction; 0: none), a tenth of the
-            calibration images held out to keep the best step (:class:`snapvit_pl.correction.Reconstruction`).
+            calibration images held out to keep the best step (:class:`snapvit_pl.correction.Reconstruction`);
+            ``auto`` (the default): :data:`RECONSTRUCT_STEPS` on an accelerator, where they cost seconds per model,
+            none on the CPU, where they cost hours at full size (see :meth:`steps_on`).
         reconstruct_lr: their learning rate.
     """
 
     enabled: Union[bool, Literal["auto"]] = False
     method: Literal["dense_fit", "sparsegpt", "bias"] = "dense_fit"
-    num_samples: PositiveInt = 256
+    num_samples: PositiveInt = 1000
     batch_size: PositiveInt = 64
     damping: Damping = DAMPING
     damp_fraction: NonNegativeFloat = DAMP_FRACTION
     block_size: PositiveInt = BLOCK_SIZE
     refit: Literal["pruned", "following"] = "pruned"
     output_weight: NonNegativeFloat = 0.0
-    reconstruct_steps: NonNegativeInt = 0
-    reconstruct_lr: PositiveFloat = 3e-4
+    reconstruct_steps: Union[NonNegativeInt, Literal["auto"]] = "auto"
+    reconstruct_lr: PositiveFloat = RECONSTRUCT_LR
 
     def __post_init__(self) -> None:
         check_fields(self, "correction")
@@ -87,6 +94,13 @@ class CorrectionSettings:
         if self.enabled == "auto":
             return torch.device(device).type != "cpu"
         return bool(self.enabled)
+
+    def steps_on(self, device: torch.device | str) -> int:
+        """Reconstruction steps per pruned block for models corrected on ``device``: ``reconstruct_steps``, with
+        ``auto`` meaning :data:`RECONSTRUCT_STEPS` on any device but the CPU and none on the CPU."""
+        if self.reconstruct_steps == "auto":
+            return RECONSTRUCT_STEPS if torch.device(device).type != "cpu" else 0
+        return int(self.reconstruct_steps)
 
 
 @torch.no_grad()

@@ -39,7 +39,7 @@ from ..pipeline.rundir import RunFolder
 from ..runfolder import FolderHints
 from ..pipeline.settings import PipelineSettings
 from ..progress import ProgressMode
-from ..ranges import Seed
+from ..ranges import Seed, check_arguments
 from .context import bind_trainer
 from .trainer_policy import check_composed, quiet_composed_trainer, quiet_lightning
 
@@ -77,12 +77,14 @@ class PruningModule(pl.LightningModule):
         model_kwargs: Optional[dict[str, Any]] = None,
         seed: Optional[Seed] = None,
     ):
+        check_arguments(PruningModule.__init__, {"seed": seed}, "model")  # (the other arguments have no range)
+        random_weights = pretrained is False and checkpoint_path is None
         super().__init__()
         self.save_hyperparameters(ignore=["seed"])
         self.hparams["weights_seed"] = seed  # its own name: Lightning merges these hparams with the DataModule's
         self.automatic_optimization = False
         self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}),
-                                 seed if pretrained is False and checkpoint_path is None else None)
+                                 seed if random_weights else None)
         self.backbone = load_backbone(self.spec)
         self.backbone.requires_grad_(False)
         self._pipeline: Optional[Pipeline] = None

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
+from ..ranges import PositiveFloat, check_value
 from .checkpoint import verify_checkpoint
 from .hub import CHECKPOINT_FILES
 from .loading import HTTP_TIMEOUT, HUB_PREFIX, http_timeout
@@ -111,7 +112,7 @@ def model_card(record: dict[str, Any], repo_id: str) -> str:
 
 
 def push_to_hub(checkpoint: str | Path, repo_id: str, *, private: bool = False, token: Optional[str] = None,
-                commit_message: Optional[str] = None, api: Any = None, timeout: float = HTTP_TIMEOUT) -> str:
+                commit_message: Optional[str] = None, api: Any = None, timeout: PositiveFloat = HTTP_TIMEOUT) -> str:
     """Upload a pruned checkpoint directory and a generated model card to ``repo_id``; returns the repo URL.
 
     Args:
@@ -126,6 +127,7 @@ def push_to_hub(checkpoint: str | Path, repo_id: str, *, private: bool = False, 
     """
     from huggingface_hub import HfApi
 
+    check_value("--timeout", timeout, PositiveFloat)
     checkpoint = Path(checkpoint)
     record = verify_checkpoint(checkpoint)  # never upload damaged weights
     api = api or HfApi(token=token)

@@ -56,6 +56,8 @@ def correction_record(settings: CorrectionSettings, applied: bool, device: torch
                               "device": str(device)}
     if applied:
         record["num_samples"] = settings.num_samples
+        if settings.method == "dense_fit":
+            record["reconstruct_steps"] = settings.steps_on(device)
     else:
         record["hint"] = CORRECTION_AWARE_HINT if ranked_for_correction else CORRECTION_HINT
     return record
@@ -76,14 +78,15 @@ class Correction:
             model = compensate_bias_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size)
             done = {"method": "bias", "num_samples": len(images)}
         elif s.method == "dense_fit":
-            steps = Reconstruction(s.reconstruct_steps, s.reconstruct_lr, s.batch_size) if s.reconstruct_steps else None
+            count = s.steps_on(images.device)
+            steps = Reconstruction(count, s.reconstruct_lr, s.batch_size) if count else None
             model = fit_to_dense_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size,
                                            damping=s.damping, damp_fraction=s.damp_fraction, refit=s.refit,
                                            output_weight=s.output_weight, reconstruct=steps)
             done = {"method": "dense_fit", "num_samples": len(images), "damping": s.damping,
                     "damp_fraction": s.damp_fraction, "refit": s.refit, "output_weight": s.output_weight}
             if steps is not None:
-                done["reconstruction"] = {"steps": s.reconstruct_steps, "lr": s.reconstruct_lr, "blocks": steps.log}
+                done["reconstruction"] = {"steps": count, "lr": s.reconstruct_lr, "blocks": steps.log}
         else:
             model = correct_and_prune(copy.deepcopy(base), subnet, images, s)
             done = {"num_samples": len(images), "damping": s.damping, "damp_fraction": s.damp_fraction}

@@ -111,7 +111,9 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
     ]
     correction = report.get("correction") or {}
     if correction:
-        lines.append(f"- weight correction: `{correction['method']}`, {correction['num_samples']} calibration images"
+        steps = f", {correction['reconstruct_steps']} reconstruction steps per pruned block" \
+            if correction.get("reconstruct_steps") else ""
+        lines.append(f"- weight correction: `{correction['method']}`, {correction['num_samples']} calibration images{steps}"
                      if correction["applied"] else "- weight correction: off" + (
                          f" ({correction['hint']})" if correction.get("hint") else ""))
     if report.get("peak_memory_mb"):

@@ -153,7 +153,7 @@ def test_extract_takes_a_pruning_runs_config_as_its_help_says(tiny_prune_args, t
 @pytest.mark.parametrize("group, error", [
     ("--search={num_images: abc}", "--search.num_images: expected an integer, got 'abc'"),
     ("--search={bogus: 1}", "--search.bogus: no such option"),
-    ("--export={split_step: 2}", "--export.split_step: 2 is out of range: must be > 0 and < 1"),
+    ("--export={split_step: 2}", "export.split_step must be a number > 0 and < 1, got 2.0"),
 ])
 def test_a_group_given_whole_is_checked_key_by_key(tiny_prune_args, tmp_path, capsys, group, error):
     assert prune_main([*tiny_prune_args, group]) == 2

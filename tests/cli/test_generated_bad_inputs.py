@@ -48,19 +48,25 @@ CHOICES = {"progress", "data.init_args.source", "data.init_args.train_views"}
 def _hints(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
     """``(--prefix.name, type)`` of a dataclass's fields or a constructor's parameters."""
     if hasattr(cls, "__dataclass_fields__"):
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, include_extras=True)  # with the declared ranges (snapvit_pl.ranges)
         return [(f"{prefix}.{f.name}", hints[f.name]) for f in fields(cls) if f.name not in skip]
     found = []
     for klass in cls.__mro__:
         if klass.__module__.startswith("snapvit_pl") and "__init__" in vars(klass):
-            hints = typing.get_type_hints(klass.__init__)
+            hints = typing.get_type_hints(klass.__init__, include_extras=True)
             found += [(f"{prefix}.{name}", hints[name]) for name in inspect.signature(klass.__init__).parameters
                       if name in hints and name not in skip and name != "return"]
     return list(dict(found).items())
 
 
 def _parser_options(parser: Any) -> list[tuple[str, Any]]:
-    return [(a.dest, a._typehint) for a in parser._actions
+    """A command's options and their annotations (a settings group's with its declared ranges: the parser reads the
+    annotations without them)."""
+    from snapvit_pl.cli.prune import settings_groups
+    from snapvit_pl.ranges import declared_hints
+
+    declared = {key: hint for group, cls in settings_groups().items() for key, hint in declared_hints(cls, group).items()}
+    return [(a.dest, declared.get(a.dest, a._typehint)) for a in parser._actions
             if hasattr(a, "_typehint") and not a.dest.endswith(".help") and a.dest not in ("verbose", "data", "seg_data")]
 
 
@@ -90,7 +96,7 @@ def bad_values(option: str, hint: Any) -> list[tuple[str, str]]:
         return []
     limits = bounds(hint)  # a constrained number type (snapvit_pl.ranges): a value just past each bound
     if limits:
-        integer = issubclass(range_types(hint)[0], int)
+        integer = range_types(hint)[0].base is int
         step = 1 if integer else 0.5
         past = {">": lambda b: b, ">=": lambda b: b - step, "<": lambda b: b, "<=": lambda b: b + step}
         values = [("abc", "type")] + ([("1.5", "type")] if integer else [("nan", "domain")])

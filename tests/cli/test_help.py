@@ -11,7 +11,7 @@ import yaml
 from snapvit_pl.cli import prune_main
 from snapvit_pl.cli.common import merged_config
 from snapvit_pl.cli.help import FIRST_SCREEN_KEYS, OPTIONS_FILE, render_options
-from snapvit_pl.cli.prune import prune_parser
+from snapvit_pl.cli.prune import declared_option_hints, prune_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def test_the_shipped_option_list_is_the_parsers():
     """prune_options.json is rendered from prune.py's parser: regenerate it (python -m snapvit_pl.cli.options) after
     changing an option, a default or its docstring."""
     shipped = json.loads(OPTIONS_FILE.read_text())
-    assert shipped == json.loads(json.dumps(render_options(prune_parser()))), "run python -m snapvit_pl.cli.options"
+    assert shipped == json.loads(json.dumps(render_options(prune_parser(), declared_option_hints()))), "run python -m snapvit_pl.cli.options"
     assert set(FIRST_SCREEN_KEYS) - {"seg_data"} <= set(shipped["options"]) | set(shipped["defaults"])
 
 

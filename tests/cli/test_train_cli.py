@@ -256,11 +256,11 @@ def test_resuming_from_the_finetune_of_another_pruned_model_is_refused(tmp_path,
 
 
 @pytest.mark.parametrize("option, refused", [
-    ("--model.lr=-0.1", "--model.lr: -0.1 is out of range: must be > 0"),
-    ("--model.label_smoothing=1", "--model.label_smoothing: 1 is out of range: must be >= 0.0 and < 1.0"),
-    ("--model.distill_weight=-1", "--model.distill_weight: -1 is out of range: must be >= 0"),
-    ("--model.warmup_epochs=-1", "--model.warmup_epochs: -1 is out of range: must be >= 0"),
-    ("--model.temperature=0", "--model.temperature: 0 is out of range: must be > 0"),
+    ("--model.lr=-0.1", "model.lr must be a number > 0, got -0.1"),
+    ("--model.label_smoothing=1", "model.label_smoothing must be a number >= 0 and < 1, got 1.0"),
+    ("--model.distill_weight=-1", "model.distill_weight must be a number >= 0, got -1.0"),
+    ("--model.warmup_epochs=-1", "model.warmup_epochs must be a number >= 0, got -1.0"),
+    ("--model.temperature=0", "model.temperature must be a number > 0, got 0.0"),
 ])
 def test_out_of_range_numbers_are_refused_when_parsed(tmp_path, capsys, option, refused):
     run = tmp_path / "run"

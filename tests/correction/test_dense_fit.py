@@ -164,6 +164,30 @@ def test_the_pipeline_runs_it_as_correction_method_dense_fit():
     assert all(torch.equal(a, b) for a, b in zip(corrected.state_dict().values(), expected.state_dict().values()))
 
 
+def test_reconstruction_steps_auto_run_on_accelerators_only():
+    """``reconstruct_steps: auto`` (the default): the chosen steps on an accelerator, none on the CPU; a number of
+    steps is used as given on any device; any other word is refused naming the setting."""
+    from snapvit_pl.correction.structured import RECONSTRUCT_STEPS
+    from snapvit_pl.errors import ConfigError
+    from snapvit_pl.pipeline.extraction import Correction
+
+    auto = CorrectionSettings()
+    assert auto.reconstruct_steps == "auto" and auto.steps_on("cpu") == 0
+    assert auto.steps_on("cuda") == auto.steps_on(torch.device("mps")) == RECONSTRUCT_STEPS > 0
+    assert CorrectionSettings(reconstruct_steps=7).steps_on("cpu") == CorrectionSettings(reconstruct_steps=7).steps_on("cuda") == 7
+    with pytest.raises(ConfigError, match="correction.reconstruct_steps must be an integer >= 0 or auto, got 'many'"):
+        CorrectionSettings(reconstruct_steps="many")
+    model, subnet = model_of("dino_vit"), None
+    subnet = half_subnet(model)
+    images = smooth_images(32, 1)
+    _, on_cpu = Correction(CorrectionSettings(enabled=True, num_samples=32, batch_size=8), images)(model, subnet)
+    assert "reconstruction" not in on_cpu  # auto on the CPU: the fit alone
+    _, stepped = Correction(CorrectionSettings(enabled=True, num_samples=32, batch_size=8, reconstruct_steps=3,
+                                               reconstruct_lr=1e-4), images)(model, subnet)
+    assert stepped["reconstruction"]["steps"] == 3 and stepped["reconstruction"]["lr"] == 1e-4
+    assert len(stepped["reconstruction"]["blocks"]) > 0
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

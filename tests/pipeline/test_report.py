@@ -85,7 +85,13 @@ def test_a_run_without_correction_says_how_to_turn_it_on_in_the_report_and_on_th
     state.correction = correction_record(CorrectionSettings(num_samples=64), True, "cuda")
     report = write_report(state, tmp_path, print_table=True, plots=False)
     assert "hint" not in report["correction"] and "note:" not in capsys.readouterr().out
-    assert "- weight correction: `dense_fit`, 64 calibration images" in (tmp_path / "report.md").read_text()
+    from snapvit_pl.correction.structured import RECONSTRUCT_STEPS
+
+    assert f"- weight correction: `dense_fit`, 64 calibration images, {RECONSTRUCT_STEPS} reconstruction steps per " \
+        "pruned block" in (tmp_path / "report.md").read_text()  # reconstruct_steps: auto on an accelerator
+    state.correction = correction_record(CorrectionSettings(num_samples=64), True, "cpu")
+    write_report(state, tmp_path, print_table=False, plots=False)
+    assert "- weight correction: `dense_fit`, 64 calibration images\n" in (tmp_path / "report.md").read_text()
     # scores ranked for corrected models (GaussNewtonGreedy(correction_aware=True)), models not corrected: said so
     state.correction = correction_record(CorrectionSettings(), False, "cpu", ranked_for_correction=True)
     write_report(state, tmp_path, print_table=True, plots=False)
