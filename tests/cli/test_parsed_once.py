@@ -98,3 +98,15 @@ def test_no_parser_layer_checks_a_range():
         hints = [str(getattr(action, "_typehint", "")) for action in parser._actions]
         assert not [h for h in hints if any(kind.__name__ in h for kind in restricted)], hints
     assert "ranges" not in load_options()
+
+
+def test_a_range_is_refused_before_the_model_is_built(tiny_prune_args, monkeypatch, capsys):
+    """The one range check sits in the settings objects, which the command line builds before the model: a value out
+    of range costs no weights loaded (nor downloaded), and is one line naming the YAML key."""
+    from snapvit_pl.lightning import pruning_module
+
+    built = []
+    monkeypatch.setattr(pruning_module, "load_backbone", lambda *a, **k: built.append(a) or pytest.fail("built"))
+    assert prune_main([*tiny_prune_args, "--search.sigma=0"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == ["error: search.sigma must be a number > 0, got 0.0"] and not built
