@@ -67,8 +67,19 @@ def _plural(unit: str) -> str:
     return unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
 
 
+#: What a mode becomes once resolved (``auto`` is a bar or lines): what :class:`Progress` shows in.
+RESOLVED = ("bar", "lines", "off")
+
+
 def resolve_mode(mode: ProgressMode | bool, stream: Optional[TextIO] = None) -> str:
-    """``bar``, ``lines`` or ``off`` for a mode (``True`` means ``auto``, ``False`` means ``off``)."""
+    """``bar``, ``lines`` or ``off`` for a progress setting (``True`` means ``auto``, ``False`` means ``off``;
+    ``auto``: a bar when ``stream``, default standard error, is a terminal). The one check of the setting: a run
+    resolves it once (``prune.py`` as it parses, a :class:`~snapvit_pl.pipeline.Pipeline` as it is made) and hands
+    the resolved mode on.
+
+    Raises:
+        ConfigError: not one of :data:`MODES`.
+    """
     if mode is True:
         mode = "auto"
     elif mode is False or mode is None:
@@ -81,6 +92,11 @@ def resolve_mode(mode: ProgressMode | bool, stream: Optional[TextIO] = None) -> 
         return mode
     stream = stream or sys.stderr
     return "bar" if hasattr(stream, "isatty") and stream.isatty() else "lines"
+
+
+def shown_mode(mode: ProgressMode | bool, stream: Optional[TextIO] = None) -> str:
+    """A mode resolved already (:data:`RESOLVED`) as it is, any other setting resolved (:func:`resolve_mode`)."""
+    return mode if isinstance(mode, str) and mode in RESOLVED else resolve_mode(mode, stream)
 
 
 class Progress:
@@ -101,7 +117,7 @@ class Progress:
                  stream: Optional[TextIO] = None):
         self.stage, self.total, self.unit = stage, total, unit
         self.stream = stream or sys.stderr
-        self.mode = resolve_mode(mode, self.stream)
+        self.mode = shown_mode(mode, self.stream)
         self.done, self.initial = initial, initial
         self.fields: dict[str, Any] = {}
         self.interval = interval if interval is not None else line_interval()

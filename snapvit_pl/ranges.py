@@ -1,11 +1,13 @@
-"""Numeric ranges as annotations: the one declaration of each setting's range, and the one check of it.
+"""Numeric ranges and word choices as annotations: the one declaration of each setting's range or choices, and the
+one check of it.
 
-A field or argument annotated ``PositiveInt``, ``ClosedUnitInterval``, ... (``Annotated[int, Range(...)]``) is
-checked where the object is built (:func:`check_fields` in a settings dataclass's ``__post_init__``,
-:func:`check_arguments` in a constructor): once per value, whether it came from the command line, a YAML file or
-Python. The command lines' parser reads these annotations as plain ``int`` / ``float`` (jsonargparse ignores
-``Annotated`` metadata: it converts the text, the object checks the range), and their ``--help`` derives each
-option's range from the same :class:`Range` (:func:`range_types`, :func:`describe_range`).
+A field or argument annotated ``PositiveInt``, ``ClosedUnitInterval``, ... (``Annotated[int, Range(...)]``) or
+``one_of("fitness", "schedule")`` (``Annotated[str, Choices(...)]``) is checked where the object is built
+(:func:`check_fields` in a settings dataclass's ``__post_init__``, :func:`check_arguments` in a constructor): once per
+value, whether it came from the command line, a YAML file or Python. The command lines' parser reads these
+annotations as plain ``int`` / ``float`` / ``str`` (jsonargparse ignores ``Annotated`` metadata: it converts the text,
+the object checks the range or the word), and their ``--help`` derives each option's range or choices from the same
+declaration (:func:`range_types`, :func:`describe_range`).
 """
 from __future__ import annotations
 
@@ -43,6 +45,26 @@ class Range:
         return math.isfinite(value) and all(_OPERATORS[op](value, bound) for op, bound in self.limits)
 
 
+@dataclass(frozen=True)
+class Choices:
+    """The words a setting accepts."""
+
+    words: tuple[str, ...]
+
+    def describe(self) -> str:
+        """``"one of fitness, schedule"``."""
+        return f"one of {', '.join(self.words)}"
+
+    def admits(self, value: Any) -> bool:
+        return isinstance(value, str) and value in self.words
+
+
+def one_of(*words: str) -> Any:
+    """A setting that is one of ``words`` (``Annotated[str, Choices(words)]``): declared here, checked by
+    :func:`check_value` as the object is built."""
+    return Annotated[str, Choices(tuple(words))]
+
+
 def _ranged(name: str, base: type, *limits: tuple[str, Any]) -> Any:
     return Annotated[base, Range(name, base, tuple(limits))]
 
@@ -64,27 +86,28 @@ Seed = _ranged("Seed", int, (">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1]))
 #: An int of at least 2 (a population).
 AtLeastTwo = _ranged("AtLeastTwo", int, (">=", 2))
 
-__all__ = ["AtLeastTwo", "ClosedUnitInterval", "HalfOpenUnitInterval", "NonNegativeFloat", "NonNegativeInt",
-           "OpenUnitInterval", "PositiveFloat", "PositiveInt", "Range", "SEED_RANGE", "Seed", "bounds",
-           "check_arguments", "check_fields", "check_value", "declared_hints", "describe_range", "range_types"]
+__all__ = ["AtLeastTwo", "Choices", "ClosedUnitInterval", "HalfOpenUnitInterval", "NonNegativeFloat",
+           "NonNegativeInt", "OpenUnitInterval", "PositiveFloat", "PositiveInt", "Range", "SEED_RANGE", "Seed", "bounds",
+           "check_arguments", "check_fields", "check_value", "declared_hints", "describe_range", "one_of", "range_types"]
 
 
-def range_types(hint: Any) -> tuple[Range, ...]:
-    """The ranges an annotation declares (``Optional[PositiveInt]`` -> ``(Range("PositiveInt", ...),)``)."""
+def range_types(hint: Any) -> tuple[Range | Choices, ...]:
+    """The ranges and choices an annotation declares (``Optional[PositiveInt]`` -> ``(Range("PositiveInt", ...),)``)."""
     if typing.get_origin(hint) is Annotated:
-        return tuple(meta for meta in hint.__metadata__ if isinstance(meta, Range))
+        return tuple(meta for meta in hint.__metadata__ if isinstance(meta, (Range, Choices)))
     return tuple(found for part in typing.get_args(hint) if typing.get_origin(hint) is typing.Union
                  for found in range_types(part))
 
 
 def describe_range(kind: Any) -> str:
-    """``PositiveInt`` (or its :class:`Range`) -> ``"an integer > 0"``."""
-    return kind.describe() if isinstance(kind, Range) else " or ".join(r.describe() for r in range_types(kind))
+    """``PositiveInt`` (or its :class:`Range`) -> ``"an integer > 0"``; ``one_of("a", "b")`` -> ``"one of a, b"``."""
+    return kind.describe() if isinstance(kind, (Range, Choices)) else \
+        " or ".join(r.describe() for r in range_types(kind))
 
 
 def bounds(hint: Any) -> list[list[Any]]:
     """An annotation's limits as ``[[">", 0], ["<", 1]]``; empty without a declared range."""
-    return [[op, bound] for found in range_types(hint) for op, bound in found.limits]
+    return [[op, bound] for found in range_types(hint) if isinstance(found, Range) for op, bound in found.limits]
 
 
 def declared_hints(owner: Any, prefix: str) -> dict[str, Any]:
@@ -110,13 +133,17 @@ def _literals(hint: Any) -> set[Any]:
 
 
 def check_value(name: str, value: Any, hint: Any) -> None:
-    """The range check: refuse ``value`` of the setting ``name`` outside the range ``hint`` declares (one
-    :class:`ConfigError` naming the setting, the range and the value); None and the hint's words pass."""
+    """The range or choice check: refuse ``value`` of the setting ``name`` outside the range or choices ``hint``
+    declares (one :class:`ConfigError` naming the setting, the range and the value); None and the hint's words
+    pass."""
     words = _literals(hint)
     if value is None or (isinstance(value, str) and value in words):
         return
     for found in range_types(hint):
-        if not found.admits(value):
+        if isinstance(found, Choices):
+            if not found.admits(value):
+                raise ConfigError(f"{name} must be {found.describe()}, got {value!r}")
+        elif not found.admits(value):
             alternatives = "".join(f" or {word}" for word in sorted(map(str, words)))
             finite = isinstance(value, float) and not math.isfinite(value)
             raise ConfigError(f"{name} must be a finite number, got {value!r}" if finite else

@@ -380,12 +380,36 @@ def check_config_files(argv: Sequence[str], kind: str = "prune") -> None:
             raise ConfigError(f"--config {value} is a directory, not a file; give a YAML file")
 
 
+#: Config files read in this process, by (path, modification time, size): each file of a command line is read and
+#: checked once, however many layers look at it (the checks before torch is imported, the parser's bases).
+_READ: dict[tuple[str, int, int], tuple[str, dict[str, Any]]] = {}
+_READ_LIMIT = 64
+
+
 def read_config(path: str | Path) -> tuple[str, dict[str, Any]]:
-    """A ``--config`` file's text and its YAML mapping; one ``ConfigError`` naming the file (and the line) when it
-    cannot be read, is not UTF-8, is not valid YAML, is empty or is not a mapping of settings."""
-    import yaml
+    """A ``--config`` file's text and its YAML mapping (read once while the file is unchanged: a copy of the
+    mapping each call); one ``ConfigError`` naming the file (and the line) when it cannot be read, is not UTF-8,
+    is not valid YAML, is empty or is not a mapping of settings."""
+    import copy
 
     path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as err:
+        raise ConfigError(f"cannot read --config {path} ({err.strerror or err})") from err
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _READ:
+        if len(_READ) >= _READ_LIMIT:
+            _READ.clear()
+        _READ[key] = _read_config_file(path)
+    text, data = _READ[key]
+    return text, copy.deepcopy(data)
+
+
+def _read_config_file(path: Path) -> tuple[str, dict[str, Any]]:
+    """:func:`read_config` without the memory: read and check the file."""
+    import yaml
+
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -628,6 +652,18 @@ def describe(doc: str, width: int = 100) -> str:
 
     paragraphs = [" ".join(p.replace("``", "").split()) for p in doc.strip().split("\n\n")]
     return "\n\n".join(textwrap.fill(p, width, break_on_hyphens=False) for p in paragraphs if p)
+
+
+def show_declared(parser: Any, hints: dict[str, Any]) -> None:
+    """Append each option's declared range or choices (``hints``: option -> annotation,
+    :func:`snapvit_pl.ranges.declared_hints`) to its help: the parser reads the annotation without them and would
+    print ``type: int`` alone (the settings check the range, once, as they are built)."""
+    from ..ranges import describe_range, range_types
+
+    for action in parser._actions:
+        found = range_types(hints.get(action.dest))
+        if found and action.help is not None:
+            action.help = f"{action.help.rstrip().rstrip('.')}; {' or '.join(describe_range(kind) for kind in found)}"
 
 
 def command_parser(prog: str, doc: str, sections: Iterable[str], epilog: Optional[str] = None):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Optional
 
-from .common import check_output_dir, command_parser, run_command, writing_to
+from .common import check_output_dir, command_parser, run_command, show_declared, writing_to
 
 EPILOG = """examples:
   snapvit-pl extract --scores runs/prune/X/elastic_scores.safetensors --out_dir pruned/ \\
@@ -30,6 +30,7 @@ def build_parser():
     from ..data import VisionDataModule
     from ..pipeline.settings import ExportSettings
     from ..progress import MODES
+    from ..ranges import declared_hints
 
     parser = command_parser("snapvit-pl extract", __doc__, _SECTIONS, EPILOG)
     parser.add_argument("--scores", type=str, required=True, help="elastic_scores.safetensors written by prune.py")
@@ -47,6 +48,7 @@ def build_parser():
     parser.add_class_arguments(CorrectionSettings, "correction")
     parser.add_subclass_arguments(VisionDataModule, "data", required=False, default=None,
                                   help="calibration images of the correction (the pruning run's data)")
+    show_declared(parser, {**declared_hints(ExportSettings, "export"), **declared_hints(CorrectionSettings, "correction")})
     return parser
 
 

@@ -133,7 +133,10 @@ def _plain(text: str) -> str:
 
 def _metavar(hint: Any) -> str:
     if typing.get_origin(hint) is typing.Annotated:  # a declared range (snapvit_pl.ranges): the number's own kind
-        return _metavar(typing.get_args(hint)[0])
+        from ..ranges import Choices  # declared choices: a word (which, the entry's parentheses say)
+
+        return "WORD" if any(isinstance(meta, Choices) for meta in hint.__metadata__) else \
+            _metavar(typing.get_args(hint)[0])
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Union:
         inner = [a for a in args if a is not type(None)]

@@ -106,17 +106,24 @@ def config_file_values(config: str) -> dict[str, Any]:
     return flatten(data) if isinstance(data, dict) else {}
 
 
-def settings_in_effect(argv: Sequence[str], default_config: Optional[Path] = None) -> dict[str, Any]:
-    """The flattened settings ``argv`` asks for: its ``--config`` files in order (``default_config`` when none),
-    then its options (the last wins)."""
+def given_settings(argv: Sequence[str], default_config: Optional[Path] = None) -> tuple[list[str], dict[str, Any]]:
+    """Every key ``argv`` gives (its options', then its ``--config`` files', flattened) and the settings in effect:
+    the files in order (``default_config`` when none), then the options (the last wins); each file read once."""
     configs, options = split_options(argv)
+    keys = [k for key, value in options for k in flatten({key: value})]
     values: dict[str, Any] = {}
     for config in configs or ([str(default_config)] if default_config else []):
         for key, value in config_file_values(config).items():
+            keys.append(key)
             _set(values, key, value)
     for key, value in options:
         _set(values, key, value)
-    return values
+    return keys, values
+
+
+def settings_in_effect(argv: Sequence[str], default_config: Optional[Path] = None) -> dict[str, Any]:
+    """The flattened settings ``argv`` asks for (:func:`given_settings`)."""
+    return given_settings(argv, default_config)[1]
 
 
 def check_option_names(keys: Iterable[str], known: Sequence[str], command: str,

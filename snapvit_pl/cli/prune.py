@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from ..errors import ConfigError
 from ..lightning.trainer_policy import check_options, lightning_information
-from ..progress import MODES
+from ..progress import MODES, resolve_mode
 from ..runfolder import RESULT_FILES, FolderHints, check_run_folder
 from ..seeding import SEED_RANGE, check_seed, derive_seeds
 from .common import (
@@ -65,28 +65,18 @@ def declared_option_hints() -> dict[str, Any]:
 
 def check_before_imports(argv: list[str]) -> None:
     """What ``argv`` (its configs and options) can be refused for before torch is imported: an unknown option, a
-    value of the wrong kind, a progress mode, a run directory that cannot be one, a missing weights file or data
-    root (:mod:`.preflight`)."""
+    value of the wrong kind, a missing weights file or data root (:mod:`.preflight`). The progress mode and the run
+    directory are checked once, after the parse and before the model is built (``before_instantiate_classes``)."""
     from .help import load_options
-    from .preflight import (
-        check_inputs, check_option_names, check_option_values, config_file_values, flatten, settings_in_effect,
-        split_options,
-    )
+    from .preflight import check_inputs, check_option_names, check_option_values, given_settings
 
-    configs, options = split_options(argv)
-    keys = [k for key, value in options for k in flatten({key: value})] + \
-        [key for config in configs for key in config_file_values(config)]
+    keys, values = given_settings(argv)
     known = load_options()
-    values = settings_in_effect(argv)
     arguments = {}  # the default data class's arguments, as its help lists them (another class: its parser checks)
     if str(values.get("data.class_path") or "ClassificationDataModule").split(".")[-1] == "ClassificationDataModule":
         arguments["data.init_args."] = re.findall(r"^  --(data\.init_args\.\w+) ", known["text"], re.M)
     check_option_names(keys, known["options"], program("prune"), arguments)
     check_option_values(values, known["kinds"], program("prune"))
-    if values.get("progress", "auto") not in MODES:
-        raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {values['progress']!r}")
-    if values.get("out_dir"):
-        check_run_dir(Path(str(values["out_dir"])), bool(values.get("overwrite")))
     check_inputs(values)
 
 
@@ -227,8 +217,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
 
         def before_instantiate_classes(self) -> None:
             config = self.config
-            if config.progress not in MODES:
-                raise ConfigError(f"--progress must be one of {', '.join(MODES)}, got {config.progress!r}")
+            self.progress = resolve_mode(config.progress)  # the one check of --progress (the pipeline takes it as is)
             check_trainer_options(config.trainer, self.parser.get_defaults().trainer)
             derive_seeds(config)
             if resume_dir is not None:  # both read by this parser: --data.root and --data.init_args.root are one key
@@ -250,7 +239,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
             kwargs["strategy"] = pruning_strategy(t.strategy, t.accelerator, t.devices, t.num_nodes)
             trainer = build_trainer(super().instantiate_trainer, **kwargs)
             settings = PipelineSettings(**{key: c[key] for key in groups})
-            self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=c.progress, seg_data=c.get("seg_data"))
+            self.model.configure_pipeline(settings, run_dir=c.out_dir, progress=self.progress, seg_data=c.get("seg_data"))
             trainer.callbacks[:0] = [callback() for callback in STAGE_CALLBACKS]  # in the pipeline's stage order
             return trainer
 

@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 from ..errors import ConfigError
 from .common import (
-    check_config_files, check_device_counts, layer_config_option, program, run_command, tensorboard_logger, writing_to,
+    check_config_files, check_device_counts, layer_config_option, program, run_command, show_declared, tensorboard_logger,
+    writing_to,
 )
 
 
@@ -77,7 +78,10 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
                                       "command") from err
 
         def add_arguments_to_parser(self, parser) -> None:
+            from ..ranges import declared_hints
+
             parser.link_arguments("model.model_name", "data.init_args.model_name")
+            show_declared(parser, declared_hints(module_class, "model"))  # each argument's range in --help
             # bf16 mixed precision when a GPU exists; fp32 on CPU (bf16 autocast is slow there).
             parser.set_defaults({"trainer.max_epochs": 10,
                                  "trainer.precision": "bf16-mixed" if torch.cuda.is_available() else "32-true"})

@@ -38,7 +38,7 @@ from ..models.tokens import block_kwargs
 from ..models.units import Subnet
 from ..progress import Progress, ProgressMode
 from .sparsegpt import DAMP_FRACTION, DAMPING, Damping
-from .structured import _block_inputs, _blocks_losing_units
+from .structured import Refit, _block_inputs, _blocks_losing_units
 
 #: Sums a statistic over the processes that share the calibration images (in place), e.g. ``dist.all_reduce``.
 Reduce = Callable[[torch.Tensor], None]
@@ -169,7 +169,7 @@ def fit_to_dense_and_prune(
     damping: Damping = DAMPING,
     damp_fraction: float = DAMP_FRACTION,
     reduce: Optional[Reduce] = None,
-    refit: str = "pruned",
+    refit: Refit = "pruned",
     output_weight: float = 0.0,
     reconstruct: Optional["Reconstruction"] = None,
     progress: ProgressMode | bool = False,
@@ -201,9 +201,7 @@ def fit_to_dense_and_prune(
     subnet, dense, todo = _blocks_losing_units(model, subnet)
     if not todo:
         return model
-    if refit not in ("pruned", "following"):
-        raise ValueError(f"refit must be pruned or following, got {refit!r}")
-    if refit == "following":
+    if refit == "following":  # (checked where the settings are made: CorrectionSettings.refit)
         todo = list(range(todo[0], len(model.blocks)))
     for b in todo:
         branch_scales(model.blocks[b])  # refuse an unsupported block before anything changes

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 from torch import nn
 
-Damping = Literal["mean", "max", "p95"]
+from ..ranges import one_of
+
+Damping = one_of("mean", "max", "p95")
 #: The correction's defaults (sparsegpt's): columns per block of the OBS loop, and the damping added to diag(H).
 BLOCK_SIZE = 128
 DAMPING: Damping = "mean"

@@ -22,13 +22,17 @@ from ..models.tokens import block_kwargs, embed_tokens
 from ..models.units import Subnet, prunable_blocks
 from ..errors import ConfigError
 from ..progress import Progress, ProgressMode
-from ..ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields
+from ..ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields, one_of
 from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, ColumnCorrector, Damping
 
 #: Block-wise reconstruction's steps per pruned block where ``reconstruct_steps: auto`` runs it (an accelerator), and
 #: its learning rate: chosen on the development models (docs/method.md, section 4).
 RECONSTRUCT_STEPS = 1000
 RECONSTRUCT_LR = 1e-3
+
+#: The correction methods (``correction.method``) and which layers the fit refits (``correction.refit``).
+Method = one_of("dense_fit", "sparsegpt", "bias")
+Refit = one_of("pruned", "following")
 
 # (unit group, the Linear whose input columns it owns), in the order they are corrected.
 _STAGES = (("heads", "proj"), ("neurons", "fc2"))
@@ -69,23 +73,19 @@ class CorrectionSettings:
     """
 
     enabled: Union[bool, Literal["auto"]] = False
-    method: Literal["dense_fit", "sparsegpt", "bias"] = "dense_fit"
+    method: Method = "dense_fit"
     num_samples: PositiveInt = 1000
     batch_size: PositiveInt = 64
     damping: Damping = DAMPING
     damp_fraction: NonNegativeFloat = DAMP_FRACTION
     block_size: PositiveInt = BLOCK_SIZE
-    refit: Literal["pruned", "following"] = "pruned"
+    refit: Refit = "pruned"
     output_weight: NonNegativeFloat = 0.0
     reconstruct_steps: Union[NonNegativeInt, Literal["auto"]] = "auto"
     reconstruct_lr: PositiveFloat = RECONSTRUCT_LR
 
     def __post_init__(self) -> None:
         check_fields(self, "correction")
-        if self.method not in ("sparsegpt", "bias", "dense_fit"):
-            raise ConfigError(f"correction.method must be dense_fit, sparsegpt or bias, got {self.method!r}")
-        if self.refit not in ("pruned", "following"):
-            raise ConfigError(f"correction.refit must be pruned or following, got {self.refit!r}")
         if self.enabled not in (True, False, "auto"):
             raise ConfigError(f"correction.enabled must be true, false or auto, got {self.enabled!r}")
 

@@ -37,7 +37,7 @@ from ..eval.suite import check_classes
 from ..models.loading import BackboneSpec, fingerprint
 from ..models.surgery import architecture
 from ..models.modes import eval_mode
-from ..progress import Progress, ProgressMode
+from ..progress import Progress, ProgressMode, shown_mode
 from ..runfolder import FolderHints
 from ..scoring import LocalScores
 from ..scoring.base import ScoringContext
@@ -165,6 +165,7 @@ class Pipeline:
         progress: ProgressMode | bool = "auto",
         events: Optional[RunEvents] = None,
     ):
+        self.progress = shown_mode(progress)  # checked here, once (a mode resolved already, as prune.py's, passes)
         self.model = model
         self.settings = settings or PipelineSettings()
         self.spec = spec or BackboneSpec(_architecture_name(model), pretrained=False)
@@ -174,7 +175,6 @@ class Pipeline:
             run_dir, overwrite, self.settings.export.scores_file, hints=FolderHints("run_dir", "pass overwrite=True"))
         self.run_dir = None if self.folder is None else self.folder.path
         self.dist = dist or Distributed()
-        self.progress = progress
         self.events = events or RunEvents()
         self.state = RunState(self.spec, fingerprint(model), method=self.settings.record())
         #: the stages this run makes, in order (:meth:`use_stages`)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from jsonargparse.typing import register_type
 
@@ -17,10 +17,10 @@ from ..correction import CorrectionSettings
 from ..elastic.budget import Budget, check_unique_labels, default_budgets
 from ..elastic.ranking import MIN_HEAD_KEEP, MIN_MLP_KEEP
 from ..errors import ConfigError
-from ..ranges import ClosedUnitInterval, HalfOpenUnitInterval, OpenUnitInterval, PositiveInt, check_fields
+from ..ranges import ClosedUnitInterval, HalfOpenUnitInterval, OpenUnitInterval, PositiveInt, check_fields, one_of
 from ..eval.suite import EvaluationSettings
 from ..scoring import DEFAULT_SCORER, Scorer
-from ..scoring.base import ALLOCATIONS, Allocation
+from ..scoring.base import Allocation
 from ..search.settings import SearchSettings
 from .resume import CONFIG_FILE, RESUME_FILE
 
@@ -58,13 +58,15 @@ class ImportanceSettings:
     def __post_init__(self) -> None:
         if self.scorer is None:
             self.scorer = DEFAULT_SCORER()
-        if self.allocation not in ALLOCATIONS:
-            raise ConfigError(f"importance.allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
         check_fields(self, "importance")
 
     def scorer_record(self) -> dict[str, Any]:
         """The scorer's name and constructor arguments, for the record."""
         return {"name": self.scorer.name, **self.scorer.config()}
+
+
+#: How a cost budget divides between heads and MLP neurons (``export.split``).
+Split = one_of("fitness", "schedule")
 
 
 @dataclass
@@ -98,7 +100,7 @@ class ExportSettings:
 
     budgets: Optional[list[Budget]] = None
     mlp_multiple: PositiveInt = 1
-    split: Literal["fitness", "schedule"] = "fitness"
+    split: Split = "fitness"
     split_candidates: PositiveInt = 7
     split_step: OpenUnitInterval = 0.1
     split_grid: HalfOpenUnitInterval = 0.1
@@ -111,8 +113,6 @@ class ExportSettings:
 
     def __post_init__(self) -> None:
         check_fields(self, "export")
-        if self.split not in ("fitness", "schedule"):
-            raise ConfigError(f"export.split must be 'fitness' or 'schedule', got {self.split!r}")
         name = PurePath(str(self.scores_file))
         if name.is_absolute() or ".." in name.parts or not name.parts or name.parts[0] in RUN_DIR_NAMES:
             raise ConfigError(f"export.scores_file {self.scores_file!r} must be a file name inside the run directory "

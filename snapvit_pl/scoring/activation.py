@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -32,6 +32,7 @@ from ..errors import DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import UnitGroup
+from ..ranges import check_arguments, one_of
 from .base import LocalScores, ScoringContext, ScoringError, SummedStatistics, model_device_dtype
 
 #: The Linear whose input columns belong to the units of each kind.
@@ -144,8 +145,8 @@ class ActivationStatistics(SummedStatistics):
                            [scores[f"{b.index}.neurons"] for b in self.blocks])
 
     # -- resume --------------------------------------------------------------------------------
-TokenAggregation = Literal["l2", "mean"]
-Standardize = Literal["zscore", "none"]
+TokenAggregation = one_of("l2", "mean")
+Standardize = one_of("zscore", "none")
 
 
 class Activation(ActivationStatistics):
@@ -174,10 +175,7 @@ class Activation(ActivationStatistics):
     name = "activation"
 
     def __init__(self, tokens: TokenAggregation = "l2", standardize: Standardize = "none"):
-        if tokens not in ("l2", "mean"):
-            raise ScoringError(f"activation: tokens must be 'l2' or 'mean', got {tokens!r}")
-        if standardize not in ("zscore", "none"):
-            raise ScoringError(f"activation: standardize must be 'zscore' or 'none', got {standardize!r}")
+        check_arguments(Activation.__init__, locals(), "importance.scorer.init_args", skip={"self"})
         self.tokens, self.standardize = tokens, standardize
 
     def _statistics(self) -> dict[str, str]:
@@ -210,8 +208,7 @@ class WandaSP(ActivationStatistics):
     name = "wanda_sp"
 
     def __init__(self, standardize: Standardize = "none"):
-        if standardize not in ("zscore", "none"):
-            raise ScoringError(f"wanda_sp: standardize must be 'zscore' or 'none', got {standardize!r}")
+        check_arguments(WandaSP.__init__, locals(), "importance.scorer.init_args", skip={"self"})
         self.standardize = standardize
 
     def _statistics(self) -> dict[str, str]:
@@ -253,8 +250,7 @@ class FLAP(ActivationStatistics):
     name = "flap"
 
     def __init__(self, standardize: Standardize = "zscore"):
-        if standardize not in ("zscore", "none"):
-            raise ScoringError(f"flap: standardize must be 'zscore' or 'none', got {standardize!r}")
+        check_arguments(FLAP.__init__, locals(), "importance.scorer.init_args", skip={"self"})
         self.standardize = standardize
 
     def _statistics(self) -> dict[str, str]:

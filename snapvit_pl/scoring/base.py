@@ -31,13 +31,14 @@ import inspect
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator, Literal, Optional, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import CheckpointError, ConfigError, DataError, SnapViTError
 from ..models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, BlockUnits, UnitGroup, prunable_blocks
+from ..ranges import one_of
 
 
 class ScoringError(SnapViTError, ValueError):
@@ -54,7 +55,7 @@ class NonFiniteGradientError(SnapViTError, FloatingPointError):
 #: their block coefficients); ``uniform``, every block loses the same share (what Minitron and Wanda-sp publish);
 #: ``standardized``, per-block z-scores (FLAP's standardisation).
 ALLOCATIONS = ("global", "uniform", "standardized")
-Allocation = Literal["global", "uniform", "standardized"]
+Allocation = one_of(*ALLOCATIONS)
 
 
 def _within_block_rank(scores: Tensor) -> Tensor:

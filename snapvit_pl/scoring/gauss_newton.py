@@ -36,17 +36,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..device import Precision, autocast_context
+from ..device import autocast_context
 from ..errors import ConfigError, DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import iter_slots, min_kept
-from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments
+from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments, one_of
 from ..seeding import resolve_seed
 from .activation import output_layer
 from .base import LocalScores, ScoringContext, ScoringError, SummedStatistics, grad_only, model_device_dtype
 from .gram import (
-    DEFAULT_RANK, GRAMS, GREEDY_STEPS, BlockRowGram, Gram, LowRankGram, greedy_order, resolve_gram,
+    DEFAULT_RANK, GREEDY_STEPS, BlockRowGram, Gram, LowRankGram, greedy_order, resolve_gram,
 )
 from .sensitivity import DEFAULT_PROBES, gaussian_probes, probe_seeds, probe_vjps, unit_masks
 
@@ -58,6 +58,7 @@ DEFAULT_CROSS_WEIGHT = 0.5
 #: correction's own (:data:`snapvit_pl.correction.sparsegpt.DAMP_FRACTION`)
 CORRECTION_DAMPING = 0.01
 PRECISIONS = ("auto", "bf16", "32")
+ScorerPrecision = one_of(*PRECISIONS)
 
 
 class GaussNewtonGreedy(SummedStatistics):
@@ -95,17 +96,13 @@ class GaussNewtonGreedy(SummedStatistics):
 
     def __init__(self, probes: NonNegativeInt = DEFAULT_PROBES, gram: Gram = "auto", rank: PositiveInt = DEFAULT_RANK,
                  cross_weight: ClosedUnitInterval = DEFAULT_CROSS_WEIGHT, max_steps: PositiveInt = GREEDY_STEPS,
-                 stages: PositiveInt = 1, correction_aware: bool = False, precision: Precision = "auto",
+                 stages: PositiveInt = 1, correction_aware: bool = False, precision: ScorerPrecision = "auto",
                  seed: Optional[Seed] = None):
         check_arguments(GaussNewtonGreedy.__init__, locals(), "importance.scorer.init_args", skip={"self"})
         self.probes, self.seed = int(probes), resolve_seed(seed)
-        if gram not in GRAMS:
-            raise ScoringError(f"gn_greedy: gram must be one of {', '.join(GRAMS)}, got {gram!r}")
         self.gram, self.rank, self.max_steps = gram, int(rank), int(max_steps)
         self.cross_weight = float(cross_weight)
         self.stages, self.correction_aware = int(stages), bool(correction_aware)
-        if precision not in PRECISIONS:
-            raise ScoringError(f"gn_greedy: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.precision = precision
         #: ``(form, why)`` after :meth:`setup`: the Gram form used (``auto`` resolved on the model's device)
         self.resolved: Optional[tuple[str, str]] = None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -39,13 +39,14 @@ from ..errors import DataError, UnsupportedModelError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import UnitGroup
+from ..ranges import check_arguments, one_of
 from .base import (
     LocalScores, NonFiniteGradientError, Rows, ScoringContext, ScoringError, SummedStatistics, grad_only,
     head_rows, model_device_dtype, neuron_rows, unit_count, unit_mean, unit_sum,
 )
 
-Reduction = Literal["squared_sum", "fisher"]
 REDUCTIONS = ("squared_sum", "fisher")
+Reduction = one_of(*REDUCTIONS)
 
 
 def _upcast(x: Tensor) -> Tensor:
@@ -259,8 +260,9 @@ class SSLFisher(_SelfDistillation, GradientScorer):
     name = "ssl_fisher"
 
     def __init__(self, n_global: Optional[int] = None, reduction: Reduction = "squared_sum"):
+        check_arguments(SSLFisher.__init__, locals(), "importance.scorer.init_args", skip={"self"})
         self.n_global = n_global
-        self.reduction = _check_reduction(reduction)
+        self.reduction = reduction
         self._check_n_global()
 
 
@@ -277,7 +279,8 @@ class LabelFisher(GradientScorer):
     requires_labels = True
 
     def __init__(self, reduction: Reduction = "squared_sum"):
-        self.reduction = _check_reduction(reduction)
+        check_arguments(LabelFisher.__init__, locals(), "importance.scorer.init_args", skip={"self"})
+        self.reduction = reduction
 
     def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
         if not getattr(model, "num_classes", 0):
@@ -345,8 +348,3 @@ class SNIPMagnitude(_SelfDistillation, GradientScorer):
         grads = [g * batches for g in self._mean_gradients(group)]
         return unit_mean([(g * w).abs() + self.alpha * w.square() for g, w in zip(grads, weights)])
 
-
-def _check_reduction(reduction: str) -> str:
-    if reduction not in REDUCTIONS:
-        raise ScoringError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
-    return reduction

@@ -22,16 +22,17 @@ How ``G`` is held (``gram``):
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
 from ..device import available_memory
+from ..ranges import one_of
 from .base import ScoringError
 
-Gram = Literal["auto", "full", "block", "lowrank"]
 GRAMS = ("auto", "full", "block", "lowrank")
+Gram = one_of(*GRAMS)
 #: ``gram="auto"`` keeps the full Gram on a CPU up to this size (bytes of the upper block triangle) ...
 FULL_GRAM_CPU_BYTES = 4 * 2 ** 30
 #: ... and on any device up to this share of the memory free at setup

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Literal, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -36,10 +36,10 @@ from ..errors import DataError
 from ..models.embedding import embed
 from ..models.modes import eval_mode
 from ..models.units import UnitGroup
-from ..ranges import NonNegativeInt, Seed, check_arguments
+from ..ranges import NonNegativeInt, Seed, check_arguments, one_of
 from ..seeding import resolve_seed
 from .activation import output_layer
-from .base import LocalScores, ScoringContext, ScoringError, SummedStatistics, grad_only, model_device_dtype
+from .base import LocalScores, ScoringContext, SummedStatistics, grad_only, model_device_dtype
 from .gradient import _SelfDistillation, self_distillation_loss
 
 
@@ -155,7 +155,7 @@ class MaskGradientScorer(SummedStatistics):
         return LocalScores([scores[f"{b.index}.heads"] for b in self.blocks],
                            [scores[f"{b.index}.neurons"] for b in self.blocks])
 
-Target = Literal["normalized", "raw"]
+Target = one_of("normalized", "raw")
 
 
 def probe_vjps(out: Tensor, leaves: list[Tensor], probes: Tensor, batched: bool) -> Iterator[list[Tensor]]:
@@ -200,8 +200,6 @@ class OutputSensitivity(MaskGradientScorer):
                  seed: Optional[Seed] = None, center: Optional[list] = None):
         check_arguments(OutputSensitivity.__init__, locals(), "importance.scorer.init_args", skip={"self"})
         seed = resolve_seed(seed)
-        if target not in ("normalized", "raw"):
-            raise ScoringError(f"sensitivity: target must be 'normalized' or 'raw', got {target!r}")
         self.probes, self.target, self.seed, self.center = int(probes), target, seed, center
 
     def _probe_gradients(self, images: Tensor) -> Iterator[list[Tensor]]:

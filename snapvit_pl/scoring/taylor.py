@@ -6,7 +6,7 @@ CVPR 2019): a unit's importance is ``sum |w * dL/dw|`` over every weight that is
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
@@ -15,8 +15,9 @@ from ..device import autocast_context
 from ..errors import DataError
 from ..models.modes import eval_mode
 from ..models.units import Slot, UnitGroup, iter_slots
+from ..ranges import check_arguments, one_of
 from .base import (
-    LocalScores, NonFiniteGradientError, ScoringContext, ScoringError, SummedStatistics, grad_only,
+    LocalScores, NonFiniteGradientError, ScoringContext, SummedStatistics, grad_only,
     model_device_dtype,
 )
 from .gradient import _SelfDistillation
@@ -33,7 +34,7 @@ def unit_slices(tensor: Tensor, group: UnitGroup, slot: Slot) -> Tensor:
     return parts.permute(1, 0, 2, 3).reshape(group.num_units, -1)
 
 
-Normalizer = Literal["none", "mean"]
+Normalizer = one_of("none", "mean")
 
 
 class Taylor(_SelfDistillation, SummedStatistics):
@@ -64,8 +65,7 @@ class Taylor(_SelfDistillation, SummedStatistics):
 
     def __init__(self, n_global: Optional[int] = None, normalizer: Normalizer = "none"):
         self.n_global = n_global
-        if normalizer not in ("none", "mean"):
-            raise ScoringError(f"taylor: normalizer must be 'none' or 'mean', got {normalizer!r}")
+        check_arguments(Taylor.__init__, locals(), "importance.scorer.init_args", skip={"self"})
         self.normalizer = normalizer
         self._check_n_global()
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import torch
 
 from ..errors import ConfigError
-from ..ranges import AtLeastTwo, NonNegativeInt, PositiveFloat, PositiveInt, Seed, check_fields
+from ..ranges import AtLeastTwo, NonNegativeInt, PositiveFloat, PositiveInt, Seed, check_fields, one_of
 from ..seeding import resolve_seed
 from .base import EvolutionStrategy
 from .snes import SNES
@@ -15,6 +15,9 @@ from .xnes import XNES
 
 #: The optimisers ``search.optimizer`` names.
 OPTIMIZERS: dict[str, type[EvolutionStrategy]] = {"snes": SNES, "xnes": XNES}
+Optimizer = one_of(*OPTIMIZERS)
+#: How the search parametrises the coefficients (``search.parametrization``).
+Parametrization = one_of("log", "linear")
 
 #: (mlp_ratio, head_ratio) pairs the fitness averages over (the paper's).
 DEFAULT_SPARSITY_PAIRS: tuple[tuple[float, float], ...] = ((0.15, 0.0), (0.35, 0.2), (0.55, 0.4), (0.65, 0.5))
@@ -57,12 +60,12 @@ class SearchSettings:
         initial_range: the initial coefficients go linearly from the first to the last block (default all 1).
     """
 
-    optimizer: Literal["snes", "xnes"] = "snes"
+    optimizer: Optimizer = "snes"
     max_evaluations: NonNegativeInt = 0
     max_time: Optional[PositiveFloat] = None
     popsize: Optional[AtLeastTwo] = 8
     sigma: PositiveFloat = 0.5
-    parametrization: Literal["log", "linear"] = "log"
+    parametrization: Parametrization = "log"
     seed: Optional[Seed] = None
     num_images: PositiveInt = 1000
     batch_size: PositiveInt = 64
@@ -77,10 +80,6 @@ class SearchSettings:
         if self.pca_components > self.num_images >= 1:
             problems.append(f"pca_components {self.pca_components} exceeds num_images {self.num_images} (a PCA of N "
                             f"images has at most N components); lower pca_components or raise num_images")
-        if self.optimizer not in OPTIMIZERS:
-            problems.append(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.parametrization not in ("log", "linear"):
-            problems.append(f"parametrization must be 'log' or 'linear', got {self.parametrization!r}")
         if not self.sparsity_pairs:
             problems.append("sparsity_pairs must hold at least one (mlp_ratio, head_ratio) pair")
         if self.parametrization == "log" and min(self.initial_range) <= 0:

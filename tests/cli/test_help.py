@@ -74,3 +74,16 @@ def test_every_commands_description_is_whole_sentences():
         first = " ".join(module.__doc__.split("\n\n")[0].replace("``", "").split())
         assert " ".join(description.split()).startswith(first) and first.endswith("."), name
         assert max(len(line) for line in description.splitlines()) <= 100
+
+
+def test_train_and_extract_help_show_each_declared_range_and_choice():
+    """The parsers read a declared range or choice as a plain type (the settings check it, once); the help still
+    shows it, from the same declaration."""
+    from snapvit_pl.cli import extract
+
+    text = " ".join(extract.build_parser().format_help().split())
+    assert "calibration images (plain views of a seeded subset of the pruning data); an integer > 0 (type: int" in text
+    assert "; one of dense_fit, sparsegpt, bias (type: str" in text
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "fit", "--help"], capture_output=True, text=True)
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 0 and "peak AdamW learning rate (> 0); a number > 0 (type: float" in text, text[-2000:]

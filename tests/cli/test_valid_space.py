@@ -53,6 +53,7 @@ from hypothesis import strategies as st
 
 from run_helpers import digests, env
 from snapvit_pl.cli.help import load_options
+from snapvit_pl.cli.prune import declared_option_hints
 from snapvit_pl.elastic import ElasticScores
 from snapvit_pl.elastic.budget import Budget, CostModel, default_budgets
 from snapvit_pl.elastic.ranking import removed_count
@@ -63,6 +64,7 @@ from snapvit_pl.models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, Subnet, min_kep
 from snapvit_pl.pipeline.settings import RUN_DIR_NAMES
 from snapvit_pl.pipeline.state import MEASURED_KEYS
 from snapvit_pl.progress import MODES
+from snapvit_pl.ranges import Choices, range_types
 from snapvit_pl.scoring import SCORERS
 from snapvit_pl.seeding import SEED_RANGE
 
@@ -94,7 +96,9 @@ BASE: dict[str, Any] = {
     "evaluation.metrics": [], "report.print_table": False, "progress": "off", "trainer.accelerator": "cpu",
 }
 OPTIONS = load_options()
-KINDS: dict[str, Any] = OPTIONS["kinds"]
+#: Each option's words, from the settings' declarations (the one check of a choice is theirs: the parser reads a word).
+CHOICES: dict[str, list[str]] = {key: list(found.words) for key, hint in declared_option_hints().items()
+                                 for found in range_types(hint) if isinstance(found, Choices)}
 #: Cheap metrics (no segmentation data needed); checked against the evaluation's own list.
 CHEAP_METRICS = ("knn", "head", "linear", "throughput")
 #: The values of ``correction.enabled`` (a Union the schema lists no choices for; its help says BOOL|{auto}).
@@ -115,7 +119,7 @@ def test_hard_coded_choices_belong_to_the_schema():
     assert all(key in options for key in drawn if not key.startswith(("data.", "model.model_kwargs.")))
     for key in ("importance.allocation", "export.split", "search.optimizer", "search.parametrization",
                 "correction.method", "correction.damping"):
-        assert isinstance(KINDS[key], list) and KINDS[key], key
+        assert CHOICES[key] and f"one of {', '.join(CHOICES[key])}" in OPTIONS["text"], key  # --help shows them
     assert set(CHEAP_METRICS) <= set(METRICS)
     assert BASE["progress"] in MODES
     assert "auto" in OPTIONS["text"].split("--correction.enabled", 1)[1].split("\n", 1)[0]
@@ -240,7 +244,7 @@ def commands(draw, ddp: bool = False) -> Draw:
     scorer = draw(st.sampled_from(sorted(n for n, c in SCORERS.items() if c.__module__.startswith("snapvit_pl."))))
     if scorer != "sensitivity" or maybe():
         o["importance.scorer"] = f"snapvit_pl.scoring.{SCORERS[scorer].__name__}"
-    o["importance.allocation"] = draw(st.sampled_from(KINDS["importance.allocation"]))
+    o["importance.allocation"] = draw(st.sampled_from(CHOICES["importance.allocation"]))
     if not ddp and maybe():  # (the two-process draws keep the defaults: fewer of them refused, more compared)
         o["importance.min_mlp_keep"] = draw(st.sampled_from([0.0, MIN_MLP_KEEP, 0.1, 0.3]))
     if not ddp and maybe():
@@ -248,8 +252,8 @@ def commands(draw, ddp: bool = False) -> Draw:
     if draw(st.integers(0, 3)) == 0:  # a short coefficient search
         o["search.max_evaluations"] = draw(st.sampled_from([4, 8]))
         o["search.popsize"] = 4
-        o["search.optimizer"] = draw(st.sampled_from(KINDS["search.optimizer"]))
-        o["search.parametrization"] = draw(st.sampled_from(KINDS["search.parametrization"]))
+        o["search.optimizer"] = draw(st.sampled_from(CHOICES["search.optimizer"]))
+        o["search.parametrization"] = draw(st.sampled_from(CHOICES["search.parametrization"]))
     out_dir_exists = maybe()
     budgets = None
     if draw(st.integers(0, 9)) > 0:  # else the default budgets
@@ -257,7 +261,7 @@ def commands(draw, ddp: bool = False) -> Draw:
         o["export.budgets"] = budgets
     if any("latency" in b for b in budgets or []):
         o["export.latency_batch_size"] = draw(st.sampled_from([1, 4]))
-    o["export.split"] = draw(st.sampled_from(KINDS["export.split"]))
+    o["export.split"] = draw(st.sampled_from(CHOICES["export.split"]))
     if o["export.split"] == "fitness":
         o["export.split_candidates"] = draw(st.integers(1, 4))
         o["export.split_step"] = draw(st.sampled_from([0.05, 0.1, 0.25]))
@@ -268,8 +272,8 @@ def commands(draw, ddp: bool = False) -> Draw:
         o["export.save_models"] = False
     o["correction.enabled"] = draw(st.sampled_from(CORRECTION_ENABLED))
     if o["correction.enabled"] is not False:
-        o["correction.method"] = draw(st.sampled_from(KINDS["correction.method"]))
-        o["correction.damping"] = draw(st.sampled_from(KINDS["correction.damping"]))
+        o["correction.method"] = draw(st.sampled_from(CHOICES["correction.method"]))
+        o["correction.damping"] = draw(st.sampled_from(CHOICES["correction.damping"]))
         o["correction.num_samples"] = draw(st.sampled_from([8, 16]))
         o["correction.batch_size"] = 8
     metrics = draw(st.just([]) | st.lists(st.sampled_from([m for m in CHEAP_METRICS if not ddp or m != "throughput"]),

@@ -125,5 +125,5 @@ def test_correction_method_bias_is_flaps_compensation_in_the_pipeline():
     for (name, a), b in zip(corrected.state_dict().items(), expected.state_dict().values()):
         assert torch.equal(a, b), name
     assert info["method"] == "bias" and info["num_samples"] == 6
-    with pytest.raises(ConfigError, match="correction.method must be dense_fit, sparsegpt or bias"):
+    with pytest.raises(ConfigError, match="correction.method must be one of dense_fit, sparsegpt, bias, got 'obs'"):
         CorrectionSettings(method="obs")

@@ -8,7 +8,8 @@ import torch
 from scoring_helpers import CORE, assert_scores, build, scores_of, two_process_scores, views
 from snapvit_pl.errors import CheckpointError, DataError
 from snapvit_pl.models import embed, prunable_blocks
-from snapvit_pl.scoring import FLAP, Activation, ScoringError, WandaSP
+from snapvit_pl.errors import ConfigError
+from snapvit_pl.scoring import FLAP, Activation, WandaSP
 
 FAMILIES = CORE + ["vit_qk_norm_scale_norms", "eva02_fused_qkv", "deit_distilled"]
 
@@ -176,9 +177,9 @@ def test_resume_and_errors():
     empty.setup(model)
     with pytest.raises(DataError, match="saw no images"):
         empty.compute()
-    with pytest.raises(ScoringError, match="tokens must be"):
+    with pytest.raises(ConfigError, match="tokens must be one of l2, mean"):
         Activation("max")
-    with pytest.raises(ScoringError, match="standardize must be"):
+    with pytest.raises(ConfigError, match="standardize must be one of zscore, none"):
         FLAP("minmax")
 
 
@@ -207,5 +208,5 @@ def test_zscore_option_standardizes_per_layer(make):
     for r, s in zip(raw.heads, standard.heads):  # order within a layer kept for activations
         if isinstance(make("none"), Activation):
             assert torch.equal(torch.argsort(r), torch.argsort(s))
-    with pytest.raises(ScoringError, match="standardize must be"):
+    with pytest.raises(ConfigError, match="standardize must be one of zscore, none"):
         make("max")

@@ -111,7 +111,7 @@ def test_build_scorer_names_and_errors():
     assert build_scorer("snip_magnitude", n_global=1).n_global == 1
     with pytest.raises(ScoringError, match="unknown scorer .fisher.; choose one of activation, flap, gn_greedy"):
         build_scorer("fisher")
-    with pytest.raises(ScoringError, match="unknown reduction 'mean'"):
+    with pytest.raises(ConfigError, match="reduction must be one of squared_sum, fisher, got 'mean'"):
         SSLFisher(reduction="mean")
     with pytest.raises(ScoringError, match="n_global must be >= 1"):
         SSLFisher(n_global=0)

@@ -6,6 +6,7 @@ import torch
 
 from scoring_helpers import assert_scores, build, full_backward_grads, scores_of, two_process_scores, views
 from snapvit_pl.errors import CheckpointError
+from snapvit_pl.errors import ConfigError
 from snapvit_pl.scoring import ScoringError, Taylor
 
 
@@ -94,7 +95,7 @@ def test_taylor_mean_normalizer_and_errors():
     raw, normalized = scores_of(Taylor(), model, [x]), scores_of(Taylor(normalizer="mean"), model, [x])
     for a, b in zip(raw.heads + raw.neurons, normalized.heads + normalized.neurons):
         torch.testing.assert_close(b, a / a.mean(), rtol=1e-5, atol=0)
-    with pytest.raises(ScoringError, match="normalizer must be"):
+    with pytest.raises(ConfigError, match="normalizer must be one of none, mean"):
         Taylor(normalizer="max")
     with pytest.raises(ScoringError, match="n_global must be >= 1"):
         Taylor(n_global=0)
