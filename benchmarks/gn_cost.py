@@ -53,8 +53,7 @@ def one(name: str, images: int, tiny: bool) -> dict[str, Any]:
     model = load_backbone(TINY if tiny else VIT_B).eval()
     shape = input_shape(model)
     data = torch.randn(images, *shape, generator=torch.Generator().manual_seed(0))
-    scorer = SCORERS[name][0]()
-    scorer.setup(model)
+    scorer = SCORERS[name][0]().bind(model)
     pass_s = compute_s = 0.0
     for done in range(1, scorer.passes + 1):  # the importance passes (one per stage), and the order of each stage
         cpu = time.process_time()

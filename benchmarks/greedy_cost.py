@@ -170,7 +170,7 @@ def development_row(name: str, landed: Any, images: Optional[int]) -> dict[str, 
 
     setup = prune_setup(*model_overrides(name), *([f"--data.init_args.max_samples={images}"] if images else []))
     context = ScoringContext(min_mlp_keep=setup.importance.min_mlp_keep, min_head_keep=setup.importance.min_head_keep)
-    scorer = setup.importance.scorer.accumulator(setup.model, context)  # the pass prune.py makes, kept to order
+    scorer = setup.importance.scorer.bind(setup.model, context)  # the pass prune.py makes, kept to order
     setup.datamodule.train_views = "plain"
     for batch in setup.datamodule.train_dataloader():
         scorer.update(batch)

@@ -111,7 +111,7 @@ def iterative_sensitivity(setup, seed: int, rounds: int = 6, final_sparsity: flo
         scorer = OutputSensitivity(probes=probes, seed=seed + r)
         with use_subnet(model, subnet):
             batches = _plain_batches(setup)
-            scorer.setup(model)
+            scorer = scorer.bind(model)
             seen = 0
             for batch in batches:
                 scorer.update(batch)

@@ -139,6 +139,12 @@ def check_value(name: str, value: Any, hint: Any) -> None:
     words = _literals(hint)
     if value is None or (isinstance(value, str) and value in words):
         return
+    if bool in typing.get_args(hint):  # a switch, perhaps with words (``Union[bool, Literal["auto"]]``)
+        if isinstance(value, bool):
+            return
+        if not range_types(hint):
+            accepted = ["true", "false", *sorted(map(str, words))]
+            raise ConfigError(f"{name} must be {', '.join(accepted[:-1])} or {accepted[-1]}, got {value!r}")
     for found in range_types(hint):
         if isinstance(found, Choices):
             if not found.admits(value):

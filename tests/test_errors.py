@@ -148,6 +148,6 @@ def test_issue_52_settings_bounded_by_the_model_and_labels_that_never_round_a_ch
 
     model = load_backbone(FAMILIES["dino_vit"])
     with pytest.raises(ConfigError, match=r"stages=1000000\): this model has \d+ units .* lower stages"):
-        GaussNewtonGreedy(stages=1000000).accumulator(model)
+        GaussNewtonGreedy(stages=1000000).bind(model)
     with pytest.raises(ConfigError, match=r"rank=100000\): this model has \d+ units.*lower rank"):
-        GaussNewtonGreedy(gram="lowrank", rank=100000).accumulator(model)
+        GaussNewtonGreedy(gram="lowrank", rank=100000).bind(model)

@@ -32,7 +32,7 @@ from timm.models.eva import EvaBlock
 from timm.models.vision_transformer import Block, LayerScale
 from torch import nn
 
-from ..errors import UnsupportedModelError
+from ..errors import ConfigError, UnsupportedModelError
 from ..models.surgery import prune_
 from ..models.tokens import block_kwargs
 from ..models.units import Subnet
@@ -198,10 +198,12 @@ def fit_to_dense_and_prune(
     Returns:
         ``model``, with the architecture of ``prune_(model, subnet)``.
     """
+    if refit not in ("pruned", "following"):  # (a run's word is checked once, by CorrectionSettings; a caller's here)
+        raise ConfigError(f"refit must be one of pruned, following, got {refit!r}")
     subnet, dense, todo = _blocks_losing_units(model, subnet)
     if not todo:
         return model
-    if refit == "following":  # (checked where the settings are made: CorrectionSettings.refit)
+    if refit == "following":
         todo = list(range(todo[0], len(model.blocks)))
     for b in todo:
         branch_scales(model.blocks[b])  # refuse an unsupported block before anything changes

@@ -20,7 +20,6 @@ from torch import nn
 from ..models.surgery import prune_
 from ..models.tokens import block_kwargs, embed_tokens
 from ..models.units import Subnet, prunable_blocks
-from ..errors import ConfigError
 from ..progress import Progress, ProgressMode
 from ..ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields, one_of
 from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, ColumnCorrector, Damping
@@ -86,8 +85,6 @@ class CorrectionSettings:
 
     def __post_init__(self) -> None:
         check_fields(self, "correction")
-        if self.enabled not in (True, False, "auto"):
-            raise ConfigError(f"correction.enabled must be true, false or auto, got {self.enabled!r}")
 
     def active(self, device: torch.device | str) -> bool:
         """Whether models cut on ``device`` are corrected: ``enabled``, with ``auto`` meaning any device but the CPU."""

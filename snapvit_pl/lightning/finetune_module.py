@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -22,7 +22,7 @@ from ..errors import CheckpointError, ConfigError
 from ..models.checkpoint import load_pruned
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, fingerprint, load_backbone
-from ..ranges import HalfOpenUnitInterval, NonNegativeFloat, PositiveFloat
+from ..ranges import HalfOpenUnitInterval, NonNegativeFloat, PositiveFloat, one_of
 from .training import (adamw, check_finite_weights, check_ranges, check_training_data, open_checkpoint,
                        record_training_data, reseed_for_epoch, run_seed, seal_checkpoint, stop_if_diverged,
                        warmup_cosine_schedule)
@@ -87,6 +87,14 @@ def check_resumed_architecture(recorded: Optional[dict[str, Any]], expected: dic
                           "it fine-tunes")
 
 
+#: ``model.loss``: cross-entropy on labels, distillation from the teacher, or their sum
+Loss = one_of("ce", "distill", "both")
+#: ``model.distill``: how the student's output is compared with the teacher's
+Distill = one_of("kl", "cosine", "mse")
+#: ``model.distill_tokens``: the tokens a feature distillation compares
+DistillTokens = one_of("class", "all")
+
+
 class FinetuneModule(pl.LightningModule):
     """Fine-tunes a pruned checkpoint (or trains a dense timm model, e.g. the reference ViT).
 
@@ -126,9 +134,9 @@ class FinetuneModule(pl.LightningModule):
         pretrained: bool = False,
         checkpoint_path: Optional[str] = None,
         model_kwargs: Optional[dict[str, Any]] = None,
-        loss: Literal["ce", "distill", "both"] = "ce",
-        distill: Literal["kl", "cosine", "mse"] = "kl",
-        distill_tokens: Literal["class", "all"] = "class",
+        loss: Loss = "ce",
+        distill: Distill = "kl",
+        distill_tokens: DistillTokens = "class",
         distill_weight: NonNegativeFloat = 1.0,
         temperature: PositiveFloat = 1.0,
         teacher_model_name: Optional[str] = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from itertools import chain
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -24,7 +24,7 @@ from ..eval.features import extract_features
 from ..eval.knn import knn_classify
 from ..models.embedding import embed
 from ..models.loading import BackboneSpec, load_backbone
-from ..ranges import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from ..ranges import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, one_of
 from .training import (adamw, check_finite_weights, check_ranges, check_training_data, open_checkpoint,
                        record_training_data, reseed_for_epoch, run_seed, seal_checkpoint, stop_if_diverged, warmup_cosine,
                        warmup_cosine_schedule)
@@ -129,6 +129,12 @@ def sinkhorn_targets(teacher: torch.Tensor, teacher_temp: float, iterations: int
     return (q * samples).T
 
 
+#: ``model.objective``: DINO's cross-entropy between teacher and student prototypes, or a contrastive loss
+Objective = one_of("dino", "contrastive")
+#: ``model.centering``: how the teacher's outputs are centred (a running mean, or Sinkhorn-Knopp)
+Centering = one_of("mean", "sinkhorn")
+
+
 class SelfDistillationModule(pl.LightningModule):
     """DINO self-distillation of a timm ViT from scratch (or from given weights), on multi-crop batches
     ``[B, V, C, H, W]`` (``data.init_args.train_views: multicrop``; the first ``n_global_views`` are the global
@@ -188,8 +194,8 @@ class SelfDistillationModule(pl.LightningModule):
         warmup_teacher_temp: PositiveFloat = 0.04,
         warmup_teacher_temp_epochs: NonNegativeFloat = 3.0,
         center_momentum: ClosedUnitInterval = 0.9,
-        objective: Literal["dino", "contrastive"] = "dino",
-        centering: Literal["mean", "sinkhorn"] = "mean",
+        objective: Objective = "dino",
+        centering: Centering = "mean",
         teacher_momentum: ClosedUnitInterval = 0.99,
         lr: PositiveFloat = 5e-4,
         min_lr: NonNegativeFloat = 1e-6,
@@ -201,10 +207,6 @@ class SelfDistillationModule(pl.LightningModule):
     ):
         super().__init__()
         check_ranges(SelfDistillationModule, locals())
-        if centering not in ("mean", "sinkhorn"):
-            raise ConfigError(f"model.centering must be mean or sinkhorn, got {centering!r}")
-        if objective not in ("dino", "contrastive"):
-            raise ConfigError(f"model.objective must be dino or contrastive, got {objective!r}")
         self.save_hyperparameters()
         self.spec = BackboneSpec(model_name, pretrained, checkpoint_path, dict(model_kwargs or {}), run_seed())
         # dynamic_img_size: the same weights take the smaller local views (position embeddings resampled); the

@@ -109,7 +109,7 @@ class ImportancePass:
     gives its scores.
 
     Args:
-        scorer: the scorer's configuration; a fresh copy of it is bound to ``model`` (:meth:`Scorer.accumulator`) and
+        scorer: the scorer's specification; an accumulator of it is bound to ``model`` (:meth:`Scorer.bind`) and
             dropped with this object.
         model: the timm model to score, on the device the batches go to.
         context: what the run hands the scorer (keep ratios, the data's global crops and batch size, a teacher).
@@ -121,7 +121,7 @@ class ImportancePass:
     def __init__(self, scorer: Scorer, model: nn.Module, context: Optional[ScoringContext] = None,
                  all_reduce_sum: Optional[AllReduceSum] = None, batches: Optional[int] = None,
                  progress: ProgressMode | bool = False):
-        self.scorer = scorer.accumulator(model, context)
+        self.scorer = scorer.bind(model, context)
         #: passes over the data (0: a data-free scorer)
         self.passes = self.scorer.passes if self.scorer.requires_data else 0
         self.finished = 0  # passes ended
@@ -172,8 +172,8 @@ def local_importance(
     :class:`ImportancePass` the pipeline runs.
 
     Args:
-        scorer: the scorer's configuration (see :func:`scoring_views` for the batches it needs); a fresh copy of it
-            is bound to ``model`` and dropped (:meth:`~snapvit_pl.scoring.Scorer.accumulator`).
+        scorer: the scorer's specification (see :func:`scoring_views` for the batches it needs); an accumulator of it
+            is bound to ``model`` and dropped (:meth:`~snapvit_pl.scoring.Scorer.bind`).
         model: the timm model to score, on the device the batches go to.
         batches: multi-crop ``[B, V, C, H, W]`` views for self-supervised scorers, ``(images, labels)``
             for label-based ones.

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import LocalScores, NonFiniteGradientError, Scorer, ScoringError, split_batch
+from .base import Accumulator, LocalScores, NonFiniteGradientError, Scorer, ScoringError, split_batch
 from .gradient import REDUCTIONS, GradientScorer, LabelFisher, SNIPMagnitude, SSLFisher, self_distillation_loss
 from .activation import FLAP, Activation, ActivationStatistics, WandaSP
 from .gauss_newton import GaussNewtonGreedy
@@ -58,7 +58,7 @@ def build_scorer(name: str = DEFAULT_SCORER.name, **kwargs: Any) -> Scorer:
 
 
 __all__ = [
-    "Activation", "ActivationStatistics", "DEFAULT_SCORER", "FLAP", "GaussNewtonGreedy", "MaskGradientScorer", "OutputSensitivity",
+    "Accumulator", "Activation", "ActivationStatistics", "DEFAULT_SCORER", "FLAP", "GaussNewtonGreedy", "MaskGradientScorer", "OutputSensitivity",
     "SSLMaskFisher", "Taylor", "WandaSP", "GradientScorer", "LAMP", "LabelFisher", "LocalScores", "Magnitude", "NonFiniteGradientError", "REDUCTIONS",
     "RandomScorer", "SCORERS", "SNIPMagnitude", "SSLFisher", "Scorer", "ScoringError", "build_scorer", "lamp",
     "self_distillation_loss", "split_batch",

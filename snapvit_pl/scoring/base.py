@@ -5,7 +5,7 @@ head and per MLP hidden neuron of every block; higher means more important. The 
 the same for all of them, so one loop drives any of them (:class:`snapvit_pl.pipeline.importance.ImportancePass`: the
 pipeline, its Lightning callback and ``local_importance`` share it)::
 
-    scorer = config.accumulator(model, context)   # every process: a fresh scorer bound to the model
+    scorer = spec.bind(model, context)   # every process: an accumulator bound to the model
     for p in range(scorer.passes):       # one pass for most scorers
         for batch in loader:             # skipped when not scorer.requires_data
             scorer.update(batch)
@@ -14,21 +14,23 @@ pipeline, its Lightning callback and ``local_importance`` share it)::
             scorer.next_pass()
     scores = scorer.compute()            # LocalScores
 
-A scorer object is its configuration (the constructor arguments: what a YAML's ``class_path`` / ``init_args`` name,
-plain and picklable) until it is bound to a model: :meth:`Scorer.accumulator` makes a fresh, bound copy with what the
-run hands over (:class:`ScoringContext`: keep ratios, the data's global views and batch size, a teacher), so the
-configuration a run's settings hold never holds statistics (a state loads into a bound scorer only). A class that
-names itself (``name``) registers under that name as it is defined (:attr:`Scorer.registry`). The accumulators are
-sums over samples, all-reduced in place across processes (:meth:`SummedStatistics.reduce`), never gathered; the bound
-copy is dropped once the scores exist. (``torchmetrics.Metric`` was weighed for this and not taken: ``add_state`` deep-copies each default tensor and
-its synchronisation gathers every process's copy before summing, world-size times a state that is gigabytes for the
-Gauss-Newton Gram: docs/development.md.)
+A scorer object made by its constructor is a *specification*: its arguments (what a YAML's ``class_path`` /
+``init_args`` name, plain and picklable), frozen once the constructor returns, so no statistics can sit on it.
+:meth:`Scorer.bind` returns an *accumulator*: a copy of the specification, of the class's accumulator type (a
+subclass of the scorer's class and of :class:`Accumulator`, made once per class), bound to the model with what the run
+hands over (:class:`ScoringContext`: keep ratios, the data's global views and batch size, a teacher); ``update``,
+``reduce``, ``next_pass``, ``compute`` and a state's loading work on an accumulator only. A class that names itself
+(``name``) registers under that name as it is defined (:attr:`Scorer.registry`). The accumulators are sums over
+samples, all-reduced in place across processes (:meth:`SummedStatistics.reduce`), never gathered; an accumulator is
+dropped once the scores exist. (``torchmetrics.Metric`` was weighed for this and not taken: ``add_state`` deep-copies
+each default tensor and its synchronisation gathers every process's copy before summing, world-size times a state that
+is gigabytes for the Gauss-Newton Gram: docs/development.md.)
 """
 from __future__ import annotations
 
 import copy
 import inspect
-from abc import ABC, abstractmethod
+from abc import ABCMeta, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
@@ -148,7 +150,7 @@ class LocalScores:
 # -- the interface -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ScoringContext:
-    """What a run hands a scorer besides the model, once, when it binds it (:meth:`Scorer.accumulator`).
+    """What a run hands a scorer besides the model, once, when it binds it (:meth:`Scorer.bind`).
 
     Args:
         teacher: a frozen copy of the model (the self-supervised scorers make one if None).
@@ -166,8 +168,25 @@ class ScoringContext:
     batch_size: Optional[int] = None
 
 
-class Scorer(ABC):
-    """Base class of all scorers (see the module docstring for the call order).
+class _Specification(ABCMeta):
+    """The scorers' metaclass: an object a scorer class makes is frozen once its constructor returns."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        made = super().__call__(*args, **kwargs)
+        object.__setattr__(made, "_frozen", True)
+        return made
+
+
+class Accumulator:
+    """What every accumulator type derives from besides its scorer's class (``isinstance(x, Accumulator)``: bound to
+    a model, holding statistics): :meth:`Scorer.bind` makes them."""
+
+    _frozen = False
+
+
+class Scorer(metaclass=_Specification):
+    """Base class of all scorers (see the module docstring for the call order): an object a subclass's constructor
+    makes is its frozen specification; :meth:`bind` returns an accumulator bound to a model.
 
     Attributes:
         name: the ``build_scorer`` name.
@@ -198,26 +217,59 @@ class Scorer(ABC):
                             f"{known.__module__}.{known.__qualname__}; give the class another name")
         Scorer.registry[cls.name] = cls
 
-    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
-        """Bind to the bare timm model (not a DDP wrapper); resets the accumulators.
+    _frozen = False  # (set on an object once its constructor returns: a specification)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if self._frozen:
+            raise ScoringError(f"{type(self).__name__} is a specification: its arguments are fixed once made ({key} "
+                               "cannot be set); make another with the arguments you want, or bind it to a model for "
+                               "statistics: scorer.bind(model, context)")
+        object.__setattr__(self, key, value)
+
+    def __delattr__(self, key: str) -> None:
+        if self._frozen:
+            raise ScoringError(f"{type(self).__name__} is a specification: its arguments are fixed once made")
+        object.__delattr__(self, key)
+
+    @classmethod
+    def accumulator_type(cls) -> type["Scorer"]:
+        """This class's accumulator type (made once: a subclass of this class and :class:`Accumulator`)."""
+        made = cls.__dict__.get("_accumulator_type")
+        if made is None:
+            made = type(f"{cls.__name__}Accumulator", (cls, Accumulator),
+                        {"__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}Accumulator",
+                         "__doc__": f"{cls.__name__} bound to a model (:meth:`Scorer.bind`)."})
+            cls._accumulator_type = made
+        return made
+
+    def bind(self, model: nn.Module, context: Optional[ScoringContext] = None) -> "Scorer":
+        """An accumulator of this specification bound to ``model`` (the bare timm model, not a DDP wrapper, on the
+        device the batches go to): what a run feeds its batches to. This object stays as it is.
 
         Args:
-            model: the model to score, on the device the batches will be moved to.
+            model: the model to score.
             context: what the run hands over (default: :class:`ScoringContext`'s defaults).
         """
-        self.model = model
-        self.blocks = prunable_blocks(model)
-        self.context = context or ScoringContext()
-
-    def accumulator(self, model: nn.Module, context: Optional[ScoringContext] = None) -> "Scorer":
-        """A fresh scorer of this configuration bound to ``model`` (:meth:`setup`): what a run feeds its batches to;
-        this object stays a configuration."""
-        bound = copy.copy(self)  # the arguments as they are: checked when this configuration was made
-        for key, value in vars(self).items():  # (a list or mapping argument is the copy's own, never shared)
+        if isinstance(self, Accumulator):
+            raise ScoringError(f"{self.name}: this scorer is already bound to a model; bind its specification")
+        bound = copy.copy(self)  # the arguments as they are: checked when this specification was made
+        del bound.__dict__["_frozen"]
+        bound.__class__ = type(self).accumulator_type()
+        for key, value in vars(self).items():  # (a list or mapping argument is the accumulator's own, never shared)
             if isinstance(value, (list, dict, set)):
                 setattr(bound, key, copy.deepcopy(value))
         bound.setup(model, context)
         return bound
+
+    def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
+        """Bind this accumulator to ``model`` and reset its statistics: called by :meth:`bind`, and what a subclass
+        extends (calling this first) to make its own accumulators."""
+        if not isinstance(self, Accumulator):
+            raise ScoringError(f"{self.name} is a specification; bind it to the model instead: "
+                               "scorer = scorer.bind(model, context)")
+        self.model = model
+        self.blocks = prunable_blocks(model)
+        self.context = context or ScoringContext()
 
     def update(self, batch: Any) -> dict[str, float]:
         """Accumulate one batch; returns metrics to log (e.g. ``{"loss": ...}``)."""
@@ -280,7 +332,8 @@ class Scorer(ABC):
 
     def _require_setup(self) -> None:
         if getattr(self, "model", None) is None:
-            raise ScoringError(f"{self.name}: call setup(model) before update/compute")
+            raise ScoringError(f"{self.name} is a specification; bind it to the model first: "
+                               "scorer = scorer.bind(model, context)")
 
 
 class SummedStatistics(Scorer):
@@ -324,7 +377,7 @@ class SummedStatistics(Scorer):
         self._batches, self._samples = (int(round(c)) for c in counts.tolist())
 
     def state_dict(self) -> dict[str, Any]:
-        """Counts and accumulators (CPU tensors); a configuration (not bound to a model): the empty state."""
+        """Counts and accumulators (CPU tensors); a specification (not bound to a model): the empty state."""
         if getattr(self, "model", None) is None:
             return {**self._identity(), "batches": 0, "samples": 0, "accumulators": {}}
         self._check_finite_batches()  # progress saved is finite
@@ -332,22 +385,21 @@ class SummedStatistics(Scorer):
                 "accumulators": {k: v.detach().cpu().clone() for k, v in self._acc.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore accumulators and counts into a bound scorer (:meth:`accumulator`): a configuration holds no
-        statistics.
+        """Restore accumulators and counts into an accumulator (:meth:`bind`): a specification holds no statistics.
 
         Raises:
-            CheckpointError: the state is another scorer's or another configuration's, or does not fit the model.
-            ScoringError: this scorer is a configuration, not bound to a model.
+            CheckpointError: the state is another scorer's or another specification's, or does not fit the model.
+            ScoringError: this scorer is a specification, not bound to a model.
         """
         identity = self._identity()
         if any(state.get(k) != v for k, v in identity.items()):
             def described(d: dict[str, Any]) -> str:
                 return " ".join(f"({k} {d.get(k)})" for k in identity if k != "scorer")
             raise CheckpointError(f"scorer state of {state.get('scorer')} {described(state)} cannot resume "
-                                  f"{self.name} {described(identity)}; use the same scorer configuration")
+                                  f"{self.name} {described(identity)}; use the same scorer settings")
         if getattr(self, "model", None) is None:
-            raise ScoringError(f"{self.name}: a configuration holds no statistics; load the state into the scorer "
-                               "bound to the model (scorer.accumulator(model, context).load_state_dict(state))")
+            raise ScoringError(f"{self.name}: a specification holds no statistics; load the state into its "
+                               "accumulator (scorer.bind(model, context).load_state_dict(state))")
         saved = state["accumulators"]
         if not saved and not state["batches"]:  # the empty state of a scorer saved before its setup
             self._acc = self._init_accumulators()

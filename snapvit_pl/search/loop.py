@@ -158,9 +158,6 @@ def run_search(
         return SearchProgress(optimizer_state, initial_fitness, None if values is None else values.tolist(),
                               previous_s + time.perf_counter() - started, list(counts))
 
-    def evaluated(index: int, value: float) -> None:
-        bar.update(world_size)
-
     def out_of_time() -> bool:
         """Would the next generation end past ``max_time``? Decided on the slowest rank's clock, so every
         DDP rank stops at the same generation."""
@@ -187,12 +184,13 @@ def run_search(
             now = int((~torch.isnan(values)).sum())
             for slot in range(now - done[0]):  # a round's candidates go to ranks 0, 1, ... in order
                 counts[slot] += 1
+            bar.update(now - done[0])  # (a last round of fewer candidates than ranks counts what it evaluated)
             done[0] = now
             if on_progress is not None:
                 on_progress(progress_now(before, values))
 
         values = evaluate_population(candidates, lambda x: fitness(settings.to_coefficients(x)), rank, world_size,
-                                     all_gather, on_evaluation=evaluated, known=pending, on_round=round_done)
+                                     all_gather, known=pending, on_round=round_done)
         pending = None
         es.tell(candidates, values)
         bar.set(best=round(es.best_fitness, 5), sigma=round(es.sigma, 4))

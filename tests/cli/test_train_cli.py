@@ -261,8 +261,11 @@ def test_resuming_from_the_finetune_of_another_pruned_model_is_refused(tmp_path,
     ("--model.distill_weight=-1", "model.distill_weight must be a number >= 0, got -1.0"),
     ("--model.warmup_epochs=-1", "model.warmup_epochs must be a number >= 0, got -1.0"),
     ("--model.temperature=0", "model.temperature must be a number > 0, got 0.0"),
+    ("--model.loss=kd", "model.loss must be one of ce, distill, both, got 'kd'"),
+    ("--model.distill=l1", "model.distill must be one of kl, cosine, mse, got 'l1'"),
+    ("--model.distill_tokens=patch", "model.distill_tokens must be one of class, all, got 'patch'"),
 ])
-def test_out_of_range_numbers_are_refused_when_parsed(tmp_path, capsys, option, refused):
+def test_out_of_range_numbers_and_unknown_words_are_refused_when_parsed(tmp_path, capsys, option, refused):
     run = tmp_path / "run"
     assert train_main(["fit", "--config", FINETUNE, f"--model.checkpoint={tmp_path / 'absent'}",
                        f"--trainer.default_root_dir={run}", option]) == 2

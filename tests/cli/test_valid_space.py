@@ -458,14 +458,12 @@ def test_snip_magnitude_scores_do_not_depend_on_the_sharding():
     cost = dense_cost()  # (builds the tiny model once)
     model = load_backbone(BackboneSpec.from_dict(_TINY_SPEC))
     images = torch.randn(48, 4, 1, 28, 28, generator=torch.Generator().manual_seed(0))
-    one = SNIPMagnitude()
-    one.setup(model)
+    one = SNIPMagnitude().bind(model)
     for batch in images.split(16):  # 3 batches
         one.update(batch)
     one.reduce(lambda t: t)
-    ranks = [SNIPMagnitude(), SNIPMagnitude()]
+    ranks = [SNIPMagnitude().bind(model), SNIPMagnitude().bind(model)]
     for rank, shard in zip(ranks, (images[0::2], images[1::2])):
-        rank.setup(model)
         for batch in shard.split(16):  # 16 + 8 on each rank: 4 batches in all
             rank.update(batch)
     sent: list[torch.Tensor] = []

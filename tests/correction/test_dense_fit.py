@@ -12,7 +12,7 @@ from families import FAMILIES, random_subnet
 from calibration import half_subnet, model_of, smooth_images
 
 from snapvit_pl.correction import CorrectionSettings, RidgeFit, correct_and_prune, fit_to_dense_and_prune
-from snapvit_pl.errors import UnsupportedModelError
+from snapvit_pl.errors import ConfigError, UnsupportedModelError
 from snapvit_pl.models import BackboneSpec, Subnet, architecture, load_backbone, prunable_blocks, prune_
 
 #: Every family whose blocks are pre-norm (all of the test matrix).
@@ -126,6 +126,17 @@ def test_blocks_that_lose_nothing_and_everything_outside_the_blocks_are_unchange
     assert all(torch.equal(fitted[k], cut[k]) for k in cut if k not in changed)
     assert all(not torch.equal(fitted[k], cut[k]) for k in changed)
     assert fit_to_dense_and_prune(model, Subnet.full(model), smooth_images(4, 0)) is model
+
+
+def test_a_direct_caller_s_unknown_refit_is_refused_before_anything_changes():
+    """A run's ``correction.refit`` is checked once, by its settings; a Python caller's word is checked here, even when
+    the subnet removes nothing (a typo never falls back to ``pruned``)."""
+    model = model_of("dino_vit")
+    before = copy.deepcopy(model.state_dict())
+    for subnet in (random_subnet(model, seed=3), Subnet.full(model)):
+        with pytest.raises(ConfigError, match="refit must be one of pruned, following, got 'folowing'"):
+            fit_to_dense_and_prune(model, subnet, smooth_images(4, 0), refit="folowing")
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
 def test_a_post_norm_block_is_refused_before_anything_changes():

@@ -7,6 +7,7 @@ from calibration import half_subnet, model_of, smooth_images
 from families import random_subnet
 
 from snapvit_pl.correction import CorrectionSettings, correct_and_prune
+from snapvit_pl.errors import ConfigError
 from snapvit_pl.models import Subnet, architecture, prune_
 
 PRUNED_FAMILIES = ["dino_vit", "dinov2_reg", "eva02_fused_qkv", "deit_distilled", "dinov2_swiglu_packed", "vit_swiglu"]
@@ -71,5 +72,6 @@ def test_auto_corrects_on_accelerators_only_and_explicit_settings_win():
     auto = CorrectionSettings(enabled="auto")
     assert not auto.active("cpu") and auto.active("cuda") and auto.active(torch.device("mps"))
     assert CorrectionSettings(enabled=True).active("cpu") and not CorrectionSettings(enabled=False).active("cuda")
-    with pytest.raises(Exception, match="true, false or auto"):
-        CorrectionSettings(enabled="sometimes")
+    for bad in ("sometimes", 1, "true"):  # (a word is never a switch: the command line and YAML give booleans)
+        with pytest.raises(ConfigError, match=f"correction.enabled must be true, false or auto, got {bad!r}"):
+            CorrectionSettings(enabled=bad)

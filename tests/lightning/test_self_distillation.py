@@ -94,8 +94,10 @@ def test_the_contrastive_objective_pulls_the_views_of_one_image_together():
     loss.backward()
     assert module.student.blocks[0].attn.qkv.weight.grad is not None
     assert not any(p.requires_grad for p in module.student_head.last_layer.parameters())  # prototypes unused
-    with pytest.raises(ConfigError, match="objective"):
+    with pytest.raises(ConfigError, match="model.objective must be one of dino, contrastive, got 'byol'"):
         _module(objective="byol")
+    with pytest.raises(ConfigError, match="model.centering must be one of mean, sinkhorn, got 'median'"):
+        _module(centering="median")
 
 
 def test_batches_must_be_multicrop_and_the_backbone_headless():

@@ -33,7 +33,7 @@ def test_a_self_distillation_scorer_takes_the_global_crops_the_data_makes(tmp_pa
     handed = prepare_pruning_data(dm, model, scorer)
     assert dm.train_views == "multicrop" and handed == {"global_views": 1, "batch_size": dm.batch_size}
     context = ScoringContext(**handed)
-    assert scorer.accumulator(model, context).global_views == 1
+    assert scorer.bind(model, context).global_views == 1
     batch = torch.randn(2, 4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     got = local_importance(scorer, model, [batch], context)
     one = local_importance(cls(n_global=1), model, [batch])

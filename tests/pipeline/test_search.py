@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 
@@ -93,3 +95,35 @@ def test_log_search_keeps_coefficients_positive_and_paper_settings_are_named(set
         ("xnes", 1.0, "linear", None, 50)
     with pytest.raises(ConfigError, match="optimizer must be one of"):
         SearchSettings(optimizer="cma")
+
+
+def test_progress_counts_each_evaluation_once_on_any_number_of_ranks(setup, monkeypatch):
+    """Two ranks, three candidates per generation: the last round of each generation has one candidate for two
+    ranks; the bar counts what was evaluated (6 of 6), never a rank that sat the round out."""
+    from threaded_ranks import as_ranks
+    import snapvit_pl.search.loop as loop
+
+    model, images, scores = setup
+    counted = []
+
+    class Recorded:
+        def __init__(self, stage, total, mode, **kwargs):
+            self.total, self.done, self.on = total, kwargs.get("initial", 0), mode != "off"
+
+        def update(self, n=1, **metrics):
+            self.done += n
+
+        def set(self, **metrics):
+            pass
+
+        def close(self):
+            if self.on:
+                counted.append((self.done, self.total))
+
+    monkeypatch.setattr(loop, "Progress", Recorded)
+    settings = SearchSettings(max_evaluations=6, **{**SMALL, "popsize": 3})
+    models = [copy.deepcopy(model) for _ in range(2)]  # (each rank its own: a candidate is cut in place)
+    results = as_ranks(2, lambda rank, all_gather: run_search(models[rank], images, scores, settings, rank=rank,
+                                                              world_size=2, all_gather=all_gather, progress="lines"))
+    assert counted == [(6, 6)] and [r.evaluations for r in results] == [6, 6]
+    assert results[0].evaluations_per_rank == [4, 2]

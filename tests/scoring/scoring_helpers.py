@@ -41,8 +41,8 @@ def full_backward_grads(model, x, n_global=2):
 
 
 def scores_of(scorer, model, batches, all_reduce_sum=lambda t: t, context=None):
-    """One process's scores: setup, every batch, the reduction, compute."""
-    scorer.setup(model, context)
+    """One process's scores: bound, every batch, the reduction, compute."""
+    scorer = scorer.bind(model, context)
     for batch in batches:
         scorer.update(batch)
     scorer.reduce(all_reduce_sum)
@@ -52,9 +52,8 @@ def scores_of(scorer, model, batches, all_reduce_sum=lambda t: t, context=None):
 def two_process_scores(make, model, x, batch_size):
     """The scores two DDP ranks compute from DistributedSampler-style interleaved shards of ``x``, their
     accumulators summed as ``all_reduce`` sums them (rank 1's sent to rank 0)."""
-    ranks = [make(), make()]
+    ranks = [make().bind(model), make().bind(model)]
     for rank, shard in zip(ranks, (x[0::2], x[1::2])):
-        rank.setup(model)
         for batch in shard.split(batch_size):
             rank.update(batch)
     sent = []

@@ -153,13 +153,12 @@ def test_multicrop_views_and_labels(name):
 def test_resume_and_errors():
     model, x = build("dinov2_swiglu_packed"), plain(6)
     expected = scores_of(FLAP(), model, list(x.split(2)))
-    first = FLAP()
-    first.setup(model)
+    first = FLAP().bind(model)
     first.update(x[:2])
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     state = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
-    resumed = FLAP().accumulator(model)
+    resumed = FLAP().bind(model)
     resumed.load_state_dict(state)
     for batch in x[2:].split(2):
         resumed.update(batch)
@@ -169,12 +168,10 @@ def test_resume_and_errors():
         FLAP("none").load_state_dict(state)
     with pytest.raises(CheckpointError, match="cannot resume"):
         WandaSP().load_state_dict(state)
-    other = FLAP()
-    other.setup(build("dino_vit"))
+    other = FLAP().bind(build("dino_vit"))
     with pytest.raises(CheckpointError, match="does not fit"):
         other.load_state_dict(state)
-    empty = Activation()
-    empty.setup(model)
+    empty = Activation().bind(model)
     with pytest.raises(DataError, match="saw no images"):
         empty.compute()
     with pytest.raises(ConfigError, match="tokens must be one of l2, mean"):
@@ -186,8 +183,7 @@ def test_resume_and_errors():
 def test_update_leaves_the_model_as_found():
     model = build("dino_vit").train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    scorer = WandaSP()
-    scorer.setup(model)
+    scorer = WandaSP().bind(model)
     with torch.inference_mode():
         scorer.update(plain(2))
     assert model.training and all(m.training for m in model.modules())

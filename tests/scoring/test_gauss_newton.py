@@ -65,8 +65,7 @@ def test_update_never_waits_for_the_device_and_its_log_is_read_when_shown():
     """Issue 51: a batch of the importance pass neither reads back from the device (its logged drift stays a 0-d
     tensor until shown) nor copies to it blocking (the images go non-blocking; the units present, once per stage)."""
     model = build("dino_vit").eval()
-    scorer = GaussNewtonGreedy(probes=2)
-    scorer.setup(model)
+    scorer = GaussNewtonGreedy(probes=2).bind(model)
     batch = views(2)[:, 0]
     scorer.update(batch)  # the first batch of a stage moves the units present to the device, once
     with HostSyncs(device="cpu") as syncs:

@@ -56,8 +56,7 @@ def test_ssl_fisher_equals_independent_backward(family):
     model, x = build(family), views(4)
     reference = full_backward_grads(model, x)
     for reduction in ("squared_sum", "fisher"):  # one batch: both are grad**2
-        scorer = SSLFisher(reduction=reduction)
-        scorer.setup(model)
+        scorer = SSLFisher(reduction=reduction).bind(model)
         scorer.update(x)
         scores = scorer.compute()
         for b in range(len(model.blocks)):
@@ -69,8 +68,7 @@ def test_ssl_fisher_equals_independent_backward(family):
 def test_snip_magnitude_equals_independent_backward():
     model, x = build("dinov2_swiglu_packed"), views(4)
     reference = full_backward_grads(model, x)
-    scorer = SNIPMagnitude(alpha=0.01)
-    scorer.setup(model)
+    scorer = SNIPMagnitude(alpha=0.01).bind(model)
     scorer.update(x)
     scores = scorer.compute()
     fc1 = reference.blocks[1].mlp.fc1
@@ -94,12 +92,10 @@ def test_packed_gated_neuron_scores_cover_both_halves():
     mlp = model.blocks[0].mlp
     kill(mlp, 0, halves=(0, 1))  # a dead neuron: both halves zero
     kill(mlp, 1, halves=(1,))    # value half zero: output 0, but the value rows still get a gradient
-    scorer = SSLFisher()
-    scorer.setup(model)
+    scorer = SSLFisher().bind(model)
     scorer.update(x)
     fisher = scorer.compute().neurons[0]
-    magnitude = Magnitude()
-    magnitude.setup(model)
+    magnitude = Magnitude().bind(model)
     norms = magnitude.compute().neurons[0]
 
     grad = full_backward_grads(model, x).blocks[0].mlp.fc1.weight.grad.view(2, mlp.fc2.in_features, -1)
@@ -125,21 +121,18 @@ def test_swiglu_neuron_scores_use_fc1_g_and_fc1_x():
     with torch.no_grad():
         mlp.fc1_x.weight[3] = 0
         mlp.fc1_x.bias[3] = 0  # value path of neuron 3 off: only its fc1_x rows still get a gradient
-    scorer = SSLFisher()
-    scorer.setup(model)
+    scorer = SSLFisher().bind(model)
     scorer.update(x)
     reference = full_backward_grads(model, x).blocks[1].mlp
     g_gate, g_value = reference.fc1_g.weight.grad[3], reference.fc1_x.weight.grad[3]
     assert g_gate.abs().max() == 0 < g_value.abs().max()
     torch.testing.assert_close(scorer.compute().neurons[1][3], g_value.square().mean() / 2, rtol=1e-4, atol=0)
-    magnitude = Magnitude()
-    magnitude.setup(model)
+    magnitude = Magnitude().bind(model)
     torch.testing.assert_close(magnitude.compute().neurons[1][3], mlp.fc1_g.weight[3].norm())
 
 
 def test_non_finite_gradient_names_block_and_batch():
-    scorer = SSLFisher()
-    scorer.setup(build("dino_vit"))
+    scorer = SSLFisher().bind(build("dino_vit"))
     scorer.update(views(2))
     bad = views(2)
     bad[0, 0, 0, 0, 0] = float("nan")
@@ -149,8 +142,7 @@ def test_non_finite_gradient_names_block_and_batch():
     assert issubclass(NonFiniteGradientError, FloatingPointError)
     assert scorer.state_dict()["batches"] == 1, "a failed batch must not be counted"
 
-    eva = SSLFisher()
-    eva.setup(build("eva02_separate_qkv"))
+    eva = SSLFisher().bind(build("eva02_separate_qkv"))
     with pytest.raises(FloatingPointError, match=r"block 0 attention v_proj \(batch 1"):
         eva.update(bad)
 

@@ -8,15 +8,15 @@ import torch
 from scoring_helpers import CORE, build, labels, views
 from snapvit_pl.errors import CheckpointError, ConfigError, DataError, UnsupportedModelError
 from snapvit_pl.models import prunable_blocks
-from snapvit_pl.scoring.base import ScoringContext
+from snapvit_pl.scoring.base import Accumulator, ScoringContext
 from snapvit_pl.scoring import (
-    FLAP, Activation, Taylor, WandaSP, LAMP, SCORERS, LabelFisher, LocalScores, Magnitude, RandomScorer, ScoringError, SNIPMagnitude, SSLFisher,
+    FLAP, Activation, GaussNewtonGreedy, Taylor, WandaSP, LAMP, SCORERS, LabelFisher, LocalScores, Magnitude, RandomScorer, ScoringError, SNIPMagnitude, SSLFisher,
     build_scorer,
 )
 
 
 def run(scorer, model, batches):
-    scorer.setup(model)
+    scorer = scorer.bind(model)
     if scorer.requires_data:
         for batch in batches:
             scorer.update(batch)
@@ -41,7 +41,7 @@ def test_every_scorer_gives_finite_nonconstant_scores(family, name):
 def test_ssl_fisher_needs_no_labels():
     scorer = SSLFisher()
     assert scorer.requires_data and not scorer.requires_labels
-    scorer.setup(build("dino_vit"))
+    scorer = scorer.bind(build("dino_vit"))
     out = scorer.update(views(4))  # a bare image tensor, no labels
     assert set(out) == {"loss"} and out["loss"] > 0
     assert scorer.compute().heads[0].shape == (4,)
@@ -51,7 +51,7 @@ def test_data_free_scorers_need_no_update():
     model = build("dino_vit")
     for scorer in (Magnitude(), LAMP(), RandomScorer()):
         assert not scorer.requires_data and not scorer.requires_labels
-        scorer.setup(model)
+        scorer = scorer.bind(model)
         scorer.compute().validate(model)
 
 
@@ -70,8 +70,7 @@ def test_update_leaves_model_flags_grads_and_mode_as_found():
     model.blocks[0].norm1.eval()  # a mixed-mode module tree must come back mixed
     flags = {n: p.requires_grad for n, p in model.named_parameters()}
     modes = {n: m.training for n, m in model.named_modules()}
-    scorer = SSLFisher()
-    scorer.setup(model)
+    scorer = SSLFisher().bind(model)
     scorer.update(views(2))
     assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
     assert {n: m.training for n, m in model.named_modules()} == modes
@@ -82,8 +81,7 @@ def test_update_leaves_model_flags_grads_and_mode_as_found():
 def test_runs_under_inference_mode_with_the_same_result():
     model, x = build("dino_vit"), views(4)
     expected = run(SSLFisher(), model, [x])
-    scorer = SSLFisher()
-    scorer.setup(model)
+    scorer = SSLFisher().bind(model)
     with torch.inference_mode():
         scorer.update(x)
     assert torch.equal(scorer.compute().neurons[1], expected.neurons[1])
@@ -96,8 +94,8 @@ def test_given_teacher_is_used():
         for p in other.parameters():
             p.mul_(0.5)
     a, b = SSLFisher(), SSLFisher()
-    a.setup(model)
-    b.setup(model, ScoringContext(teacher=other))
+    a = a.bind(model)
+    b = b.bind(model, ScoringContext(teacher=other))
     assert b.teacher is other
     assert a.update(views(2))["loss"] != b.update(views(2))["loss"]
 
@@ -140,7 +138,7 @@ def test_a_scorer_registers_under_the_one_name_it_gives_itself_and_a_taken_name_
     try:
         assert SCORERS["test_counted"] is Counted and isinstance(build_scorer("test_counted"), Counted)
         configuration = Counted()
-        bound = configuration.accumulator(build("dino_vit"))
+        bound = configuration.bind(build("dino_vit"))
         assert bound.seen == [len(bound.blocks)] and configuration.seen == []
         with pytest.raises(TypeError, match="scorer name 'magnitude' of .*Impostor is taken by "
                                             "snapvit_pl.scoring.weights.Magnitude"):
@@ -151,14 +149,43 @@ def test_a_scorer_registers_under_the_one_name_it_gives_itself_and_a_taken_name_
         SCORERS.pop("test_counted", None)
 
 
+def test_a_specification_is_frozen_and_holds_no_statistics():
+    """No statistics can sit on a specification: its attributes cannot be set once made, and what binds or feeds a
+    scorer (``setup``, ``update``, ``reduce``, ``compute``, a state's loading) refuses it, naming ``bind``; an
+    accumulator is not bound again."""
+    model, x = build("vit_swiglu"), torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    spec = GaussNewtonGreedy(probes=1)
+    with pytest.raises(ScoringError, match=r"GaussNewtonGreedy is a specification: its arguments are fixed once made "
+                                           r"\(probes cannot be set\)"):
+        spec.probes = 2
+    with pytest.raises(ScoringError, match="fixed once made"):
+        del spec.probes
+    for call in (lambda: spec.setup(model), lambda: spec.update(x), lambda: spec.reduce(lambda t: t),
+                 lambda: spec.compute()):
+        with pytest.raises(ScoringError, match=r"is a specification; bind it to the model.*scorer.bind\(model"):
+            call()
+    bound = spec.bind(model)
+    with pytest.raises(ScoringError, match="a specification holds no statistics"):
+        spec.load_state_dict(bound.state_dict())
+    with pytest.raises(ScoringError, match="already bound to a model"):
+        bound.bind(model)
+    bound.update(x)
+    bound.reduce(lambda t: t)
+    assert bound.compute().num_blocks == len(bound.blocks)
+    assert spec.probes == 1 and set(vars(spec)) == set(vars(GaussNewtonGreedy(probes=1)))  # nothing left on it
+
+
 @pytest.mark.parametrize("scorer", [SSLFisher(3, "fisher"), LabelFisher(), SNIPMagnitude(alpha=0.01), Magnitude(1),
                                     LAMP(), RandomScorer(7), Activation("mean"), WandaSP(), FLAP("none"),
                                     Taylor(1, "mean")], ids=repr)
-def test_a_configuration_stays_one_when_a_run_binds_it(scorer):
-    """What a run's settings hold is the configuration: a run binds a fresh copy (``accumulator``), which holds the
-    model and the statistics; the configuration pickles (a spawned DDP process) and copies as plain data."""
-    bound = scorer.accumulator(build("vit_swiglu"))
-    assert bound is not scorer and type(bound) is type(scorer) and bound.config() == scorer.config()
+def test_a_specification_stays_one_when_a_run_binds_it(scorer):
+    """What a run's settings hold is the specification: a run binds an accumulator (``bind``: the class's
+    accumulator type), which holds the model and the statistics; the specification pickles (a spawned DDP process)
+    and copies as plain data."""
+    bound = scorer.bind(build("vit_swiglu"))
+    assert bound is not scorer and isinstance(bound, type(scorer)) and bound.config() == scorer.config()
+    assert isinstance(bound, Accumulator) and not isinstance(scorer, Accumulator)
+    assert type(bound) is type(scorer).accumulator_type() is type(scorer.bind(build("vit_swiglu")))
     assert bound.model is not None and getattr(scorer, "model", None) is None and not hasattr(scorer, "_acc")
     clone = pickle.loads(pickle.dumps(scorer))
     assert type(clone) is type(scorer) and clone.config() == scorer.config() and repr(clone) == repr(scorer)
@@ -167,9 +194,8 @@ def test_a_configuration_stays_one_when_a_run_binds_it(scorer):
 
 def test_label_fisher_errors():
     with pytest.raises(UnsupportedModelError, match="num_classes=0; use a model with a head or a label-free"):
-        LabelFisher().setup(build("dino_vit"))
-    scorer = LabelFisher()
-    scorer.setup(build("dino_vit", num_classes=5))
+        LabelFisher().bind(build("dino_vit"))
+    scorer = LabelFisher().bind(build("dino_vit", num_classes=5))
     with pytest.raises(DataError, match="label_fisher needs \\(images, labels\\) batches but got images only"):
         scorer.update(views(2)[:, 0])
     with pytest.raises(DataError, match=r"labels must lie in \[0, 5\)"):
@@ -188,23 +214,21 @@ def test_label_fisher_multicrop_uses_every_view_with_its_label():
 
 @pytest.mark.parametrize("cls", [SSLFisher, SNIPMagnitude])
 def test_ssl_scorers_reject_plain_images(cls):
-    scorer = cls()
-    scorer.setup(build("dino_vit"))
+    scorer = cls().bind(build("dino_vit"))
     with pytest.raises(DataError, match="multi-crop batches .* V >= 2 .* multi-crop view transform"):
         scorer.update((views(2)[:, 0], labels(2)))
     with pytest.raises(DataError, match="V >= 2"):
         scorer.update(views(2, n_views=1))
-    wide = SSLFisher(n_global=4)
-    wide.setup(build("dino_vit"))
+    wide = SSLFisher(n_global=4).bind(build("dino_vit"))
     with pytest.raises(DataError, match="3 views but n_global=4"):
         wide.update(views(2, n_views=3))
 
 
 def test_bad_batches_and_order_errors():
     scorer = SSLFisher()
-    with pytest.raises(ScoringError, match="call setup"):
+    with pytest.raises(ScoringError, match="ssl_fisher is a specification; bind it to the model first"):
         scorer.update(views(2))
-    scorer.setup(build("dino_vit"))
+    scorer = scorer.bind(build("dino_vit"))
     with pytest.raises(DataError, match="saw no batches"):
         scorer.compute()
     with pytest.raises(DataError, match="image tensor or an \\(images, labels\\) pair"):
@@ -253,8 +277,7 @@ def test_follows_the_model_to_another_device_or_parameter_set():
     """Lightning's setup hook runs before the model is moved: the scorer re-binds on the next update."""
     model, x = build("dino_vit"), views(2)
     expected = run(SSLFisher(), model, [x, x])
-    scorer = SSLFisher()
-    scorer.setup(model)
+    scorer = SSLFisher().bind(model)
     scorer.update(x)
     scorer._device = torch.device("meta")  # pretend the model moved since setup
     with torch.no_grad():  # and got new parameter objects

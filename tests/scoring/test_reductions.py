@@ -52,12 +52,10 @@ def test_fisher_reduction_depends_on_batching():
 
 def fake_ddp(scorers, batches_per_rank):
     """Feed each 'rank' its batches, then reduce with an all-reduce that sums across them."""
-    model_batches = []
-    for scorer, (model, batches) in zip(scorers, batches_per_rank):
-        scorer.setup(model)
+    scorers = [scorer.bind(model) for scorer, (model, _) in zip(scorers, batches_per_rank)]
+    for scorer, (_, batches) in zip(scorers, batches_per_rank):
         for batch in batches:
             scorer.update(batch)
-        model_batches.append(scorer)
     calls = [[] for _ in scorers]
     for rank, scorer in enumerate(scorers[1:], start=1):  # record the other ranks' tensors, in call order
         scorer.reduce(lambda t, r=rank: calls[r].append(t.clone()) or t)
@@ -94,17 +92,17 @@ def test_resume_mid_way_gives_identical_scores(make):
     batches = list(x.split(2))
     expected = scores_of(make(), model, batches)
 
-    first = make().accumulator(model)
+    first = make().bind(model)
     first.update(batches[0])
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     state = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
 
-    configuration = make()
-    with pytest.raises(ScoringError, match="a configuration holds no statistics"):
-        configuration.load_state_dict(state)
-    assert not hasattr(configuration, "_acc") and configuration.state_dict()["batches"] == 0
-    resumed = configuration.accumulator(model)
+    spec = make()
+    with pytest.raises(ScoringError, match="a specification holds no statistics"):
+        spec.load_state_dict(state)
+    assert not hasattr(spec, "_acc") and spec.state_dict()["batches"] == 0
+    resumed = spec.bind(model)
     resumed.load_state_dict(state)
     for batch in batches[1:]:
         resumed.update(batch)
@@ -113,13 +111,11 @@ def test_resume_mid_way_gives_identical_scores(make):
 
 
 def test_resume_refuses_another_configuration_or_model():
-    scorer = SSLFisher()
-    scorer.setup(build("dino_vit"))
+    scorer = SSLFisher().bind(build("dino_vit"))
     state = scorer.state_dict()
     with pytest.raises(CheckpointError, match="cannot resume ssl_fisher \\(reduction fisher\\)"):
         SSLFisher(reduction="fisher").load_state_dict(state)
-    other = SSLFisher()
-    other.setup(build("vit_swiglu"))
+    other = SSLFisher().bind(build("vit_swiglu"))
     with pytest.raises(CheckpointError, match="does not fit this model"):
         other.load_state_dict(state)
 
@@ -129,7 +125,7 @@ def test_state_before_setup_round_trips():
     fresh = SSLFisher()
     state = fresh.state_dict()
     assert state["batches"] == 0 and state["accumulators"] == {}
-    scorer = SSLFisher().accumulator(build("dino_vit"))
+    scorer = SSLFisher().bind(build("dino_vit"))
     scorer.update(views(2))
     scorer.load_state_dict(state)
     assert scorer.state_dict()["batches"] == 0

@@ -105,7 +105,7 @@ def test_model_left_as_found():
     model = build("dino_vit").train()
     flags = {n: p.requires_grad for n, p in model.named_parameters()}
     for scorer, batch in ((OutputSensitivity(probes=2), views(2)[:, 0]), (SSLMaskFisher(), views(2))):
-        scorer.setup(model)
+        scorer = scorer.bind(model)
         scorer.update(batch)
         assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
         assert all(p.grad is None for p in model.parameters())
@@ -216,8 +216,10 @@ def test_gn_greedy_low_rank_at_full_rank_is_the_full_gram():
     full = scores_of(GaussNewtonGreedy(probes=0, gram="full", cross_weight=1.0), model, [x])
     low = scores_of(GaussNewtonGreedy(probes=0, gram="lowrank", rank=units, cross_weight=1.0), model, [x])
     torch.testing.assert_close(flat(low), flat(full))
-    smaller = GaussNewtonGreedy(probes=0, gram="lowrank", rank=4)
-    scores = flat(scores_of(smaller, model, [x]))
+    smaller = GaussNewtonGreedy(probes=0, gram="lowrank", rank=4).bind(model)
+    smaller.update(x)
+    smaller.reduce(lambda t: t)
+    scores = flat(smaller.compute())
     assert smaller.resolved == ("lowrank", "as configured")
     assert sorted((scores * len(scores)).round().long().tolist()) == list(range(1, len(scores) + 1))
 
@@ -226,11 +228,11 @@ def test_gn_greedy_auto_keeps_the_full_gram_where_it_fits(monkeypatch):
     from snapvit_pl.scoring import GaussNewtonGreedy, gram
 
     model, x = build("dino_vit").double().eval(), views(2)[:, 0].double()
-    scorer = GaussNewtonGreedy(probes=1)
-    scorer.setup(model)
+    spec = GaussNewtonGreedy(probes=1)
+    scorer = spec.bind(model)
     assert scorer.resolved[0] == "full" and "within" in scorer.resolved[1]
     monkeypatch.setattr(gram, "FULL_GRAM_CPU_BYTES", 1000)
-    scorer.setup(model)
+    scorer = spec.bind(model)
     assert scorer.resolved[0] == "lowrank" and "over" in scorer.resolved[1]
     assert set(scorer.state_dict()["accumulators"]) == {"gram", "sketch"}  # one flat block-row buffer
 
@@ -241,9 +243,8 @@ def test_gn_greedy_shards_and_protection():
 
     model, x = build("eva02_separate_qkv").double(), views(6)[:, 0].double()
     one = scores_of(GaussNewtonGreedy(probes=2), model, [x])
-    ranks = [GaussNewtonGreedy(probes=2), GaussNewtonGreedy(probes=2)]
+    ranks = [GaussNewtonGreedy(probes=2).bind(model), GaussNewtonGreedy(probes=2).bind(model)]
     for rank, shard in zip(ranks, (x[0::2], x[1::2])):
-        rank.setup(model)
         rank.update(shard)
     sent = []
     ranks[1].reduce(lambda t: sent.append(t.clone()) or t)
@@ -263,7 +264,7 @@ def test_gn_greedy_takes_its_floors_from_the_run_it_is_bound_in():
     from snapvit_pl.scoring.base import ScoringContext
 
     model, x = build("dino_vit").double(), views(4)[:, 0].double()
-    alone = GaussNewtonGreedy(probes=1).accumulator(model)  # bound without a run: the one definition of the defaults
+    alone = GaussNewtonGreedy(probes=1).bind(model)  # bound without a run: the one definition of the defaults
     assert (alone.context.min_mlp_keep, alone.context.min_head_keep) == (MIN_MLP_KEEP, MIN_HEAD_KEEP)
     with pytest.raises(TypeError):
         GaussNewtonGreedy(min_mlp_keep=0.05)  # no second knob
@@ -287,8 +288,7 @@ def test_each_batch_reports_the_running_drift_estimate_of_removing_one_unit():
 
     model = build("dino_vit").double().eval()
     x = torch.randn(6, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    scorer = OutputSensitivity(probes=0)
-    scorer.setup(model)
+    scorer = OutputSensitivity(probes=0).bind(model)
     first, running = scorer.update(x[:3]), scorer.update(x[3:])
     scorer.reduce(lambda t: t)
     scores = scorer.compute()
@@ -342,7 +342,7 @@ def test_gn_greedy_logs_the_drift_its_diagonal_estimates_as_the_per_unit_sensiti
     model, x = build("dino_vit").double().eval(), views(4)[:, 0].double()
     logged = []
     for scorer in (OutputSensitivity(probes=2, seed=3), GaussNewtonGreedy(probes=2, seed=3)):
-        scorer.setup(model)
+        scorer = scorer.bind(model)
         scorer.update(x[:2])
         logged.append(scorer.update(x[2:]))
     assert set(logged[1]) == {"drift_per_head", "drift_per_neuron"}

@@ -108,19 +108,16 @@ def test_taylor_resume_and_leaves_model_untouched():
     expected = scores_of(Taylor(), model, batches)
     assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
     assert all(p.grad is None for p in model.parameters())
-    first = Taylor()
-    first.setup(model)
+    first = Taylor().bind(model)
     first.update(batches[0])
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
-    resumed = Taylor()
-    resumed.setup(model)
+    resumed = Taylor().bind(model)
     resumed.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
     for batch in batches[1:]:
         resumed.update(batch)
     got = resumed.compute()
     assert all(torch.equal(a, b) for a, b in zip(got.heads + got.neurons, expected.heads + expected.neurons))
-    other = Taylor()
-    other.setup(build("dino_vit"))
+    other = Taylor().bind(build("dino_vit"))
     with pytest.raises(CheckpointError, match="does not fit"):
         other.load_state_dict(first.state_dict())

@@ -7,7 +7,7 @@ from snapvit_pl.scoring import LAMP, Magnitude, RandomScorer, ScoringError, lamp
 
 
 def compute(scorer, model):
-    scorer.setup(model)
+    scorer = scorer.bind(model)
     return scorer.compute()
 
 
@@ -55,8 +55,7 @@ def test_random_scores_are_seeded():
 
 
 def test_data_free_state_round_trip():
-    scorer = LAMP()
-    scorer.setup(build("dino_vit"))
+    scorer = LAMP().bind(build("dino_vit"))
     scorer.update(torch.zeros(1))  # ignored
     scorer.reduce(lambda t: t)  # nothing to reduce
     LAMP().load_state_dict(scorer.state_dict())
