@@ -90,3 +90,37 @@ def test_the_lightning_components_example_runs_as_written(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     run = tmp_path / "runs" / "composed"
     assert (run / "elastic_scores.safetensors").exists() and (run / "report.json").exists()
+
+
+def test_the_own_scorer_example_runs_and_registers(monkeypatch):
+    """docs/python.md, "Your own scorer": the block runs on a small random ViT (a shorter search), its scorer
+    registers under its name, its specification is frozen, and the head scores are the columns' norms."""
+    import torch
+
+    from snapvit_pl.models import BackboneSpec, load_backbone
+    from snapvit_pl.scoring import SCORERS, ScoringError
+
+    text = (ROOT / "docs" / "python.md").read_text()
+    section = text[text.index("## Your own scorer"):]
+    code = re.search(r"<!-- executed: [^>]*-->\n```python\n(.*?)```", section, re.S)[1]
+    model = load_backbone(BackboneSpec("vit_tiny_patch16_224", False, None, {
+        "img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 4, "num_classes": 0}))
+    images = torch.randn(32, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    import snapvit_pl
+
+    fit = snapvit_pl.fit_elastic  # (a short search: the example's call, with fewer evaluations)
+    monkeypatch.setattr(snapvit_pl, "fit_elastic", lambda *a, **k: fit(*a, search=snapvit_pl.SearchSettings(
+        max_evaluations=4, popsize=2, num_images=16, batch_size=8, pca_components=4), **k))
+    namespace = {"model": model, "unlabeled_loader": list(images.split(8))}
+    try:
+        exec(compile(code, "docs/python.md", "exec"), namespace)
+        spec = namespace["OutputNorm"](p=1.0)
+        assert SCORERS["output_norm"] is namespace["OutputNorm"]
+        with pytest.raises(ScoringError, match="fixed once made"):
+            spec.p = 2.0
+        attn = model.blocks[1].attn
+        by_hand = attn.proj.weight.abs().unflatten(1, (4, -1)).sum(dim=(0, 2))
+        torch.testing.assert_close(namespace["local"].heads[1], by_hand.detach())
+        assert namespace["scores"].settings["scorer"]["name"] == "output_norm"
+    finally:
+        SCORERS.pop("output_norm", None)
