@@ -32,11 +32,12 @@ from timm.models.eva import EvaBlock
 from timm.models.vision_transformer import Block, LayerScale
 from torch import nn
 
-from ..errors import ConfigError, UnsupportedModelError
+from ..errors import UnsupportedModelError
 from ..models.surgery import prune_
 from ..models.tokens import block_kwargs
 from ..models.units import Subnet
 from ..progress import Progress, ProgressMode
+from ..ranges import check_value
 from .sparsegpt import DAMP_FRACTION, DAMPING, Damping
 from .structured import Refit, _block_inputs, _blocks_losing_units
 
@@ -198,8 +199,7 @@ def fit_to_dense_and_prune(
     Returns:
         ``model``, with the architecture of ``prune_(model, subnet)``.
     """
-    if refit not in ("pruned", "following"):  # (a run's word is checked once, by CorrectionSettings; a caller's here)
-        raise ConfigError(f"refit must be one of pruned, following, got {refit!r}")
+    check_value("refit", refit, Refit)  # (a run's word is checked once, by CorrectionSettings; a caller's here)
     subnet, dense, todo = _blocks_losing_units(model, subnet)
     if not todo:
         return model

@@ -240,6 +240,12 @@ def schedule(t: float) -> tuple[float, float]:
     return t, max(0.0, t - HEAD_LAG)
 
 
+def rank_units(head_scores: Sequence[torch.Tensor], neuron_scores: Sequence[torch.Tensor],
+               min_mlp_keep: float = MIN_MLP_KEEP, min_head_keep: float = MIN_HEAD_KEEP) -> tuple[UnitRanking, UnitRanking]:
+    """Heads and neurons each ranked once (:class:`UnitRanking`), for :func:`resolve`."""
+    return UnitRanking(head_scores, min_head_keep, "head"), UnitRanking(neuron_scores, min_mlp_keep, "MLP")
+
+
 def resolve(
     budget: Budget,
     head_scores: Sequence[torch.Tensor],
@@ -249,6 +255,7 @@ def resolve(
     min_head_keep: float = MIN_HEAD_KEEP,
     mlp_multiple: int = 1,
     head_ratio: float | None = None,
+    ranked: tuple[UnitRanking, UnitRanking] | None = None,
 ) -> tuple[Subnet, float, float]:
     """Turn a budget into ``(subnet, mlp_ratio, head_ratio)`` for the given unit scores.
 
@@ -257,11 +264,14 @@ def resolve(
     given (a split chosen for this budget, see :func:`snapvit_pl.pipeline.splits.choose_splits`),
     that head ratio with the MLP ratio found by bisection.
 
+    ``ranked``: the same scores already ranked (:func:`rank_units`), to share their sort and their cuts across the
+    many budgets and head ratios of a split choice.
+
     Raises:
         PruningSpecError: a target below what the minimum keep ratios allow (the message gives
             the smallest reachable value), or a cost budget without a ``CostModel``.
     """
-    ranked = UnitRanking(head_scores, min_head_keep, "head"), UnitRanking(neuron_scores, min_mlp_keep, "MLP")  # sorted once
+    ranked = ranked or rank_units(head_scores, neuron_scores, min_mlp_keep, min_head_keep)
     select = lambda m, h: select_ranked(*ranked, m, h, mlp_multiple)  # noqa: E731
     if not budget.is_cost:
         m, h = budget.mlp_ratio or 0.0, budget.head_ratio or 0.0
@@ -309,7 +319,8 @@ def resolve(
         if head_ratio is not None and path(0.0)[1] > 0 and cost_at(0.0) < dense:
             # the split's heads alone already meet the budget: they would remove more than it asks (a sparsity 0.02
             # cut at a split chosen for 0.5): the smallest cut along the schedule, from nothing removed, meets it
-            return resolve(budget, head_scores, neuron_scores, cost, min_mlp_keep, min_head_keep, mlp_multiple)
+            return resolve(budget, head_scores, neuron_scores, cost, min_mlp_keep, min_head_keep, mlp_multiple,
+                           ranked=ranked)
         return select(*path(0.0)), *path(0.0)
     smallest = cost_at(t_end)
     if smallest > target:

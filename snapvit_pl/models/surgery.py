@@ -19,22 +19,16 @@ from torch import nn
 from timm.models.eva import EvaAttention
 
 from .pruned_eva import PrunedEvaAttention
-from .units import BlockUnits, Subnet, UnitGroup, attention_units, iter_slots, mlp_units, prunable_blocks
+from .units import BlockUnits, Subnet, UnitGroup, attention_units, mlp_units, prunable_blocks
 
 # (object, attribute, value) triples; applied in order, undone in reverse.
 _AttrEdit = tuple[object, str, object]
 
 
-def _holder(module: nn.Module, path: str) -> tuple[nn.Module, str]:
-    owner, _, name = path.rpartition(".")
-    return (module.get_submodule(owner) if owner else module), name
-
-
 def _shape_edits(group: UnitGroup, kept: int, is_attention: bool) -> list[_AttrEdit]:
     """Attribute updates that make ``group.module`` consistent with ``kept`` units."""
     edits: list[_AttrEdit] = []
-    for slot, tensor in iter_slots(group):
-        holder, _ = _holder(group.module, slot.path)
+    for slot, (holder, _) in zip(group.slots, group.holders):
         size = kept * group.unit_size * slot.sections
         if isinstance(holder, nn.Linear):
             edits.append((holder, "out_features" if slot.dim == 0 else "in_features", size))
@@ -82,43 +76,46 @@ def use_subnet(model: nn.Module, subnet: Subnet, blocks: Sequence[BlockUnits] | 
     subnet = subnet.validate(blocks)
     undo: list[Callable[[], None]] = []
     plan = list(_plan(blocks, subnet))
-    slots = [(group, slot, tensor) for group, _, _ in plan for slot, tensor in iter_slots(group)]
-    indices = _slot_indices(plan, slots)
     try:
-        for (group, slot, tensor), index in zip(slots, indices):
-            holder, name = _holder(group.module, slot.path)
-            store = _store(holder, name)
-            undo.append(lambda s=store, n=name, t=store[name]: s.__setitem__(n, t))
-            store[name] = tensor.index_select(slot.dim, index)
-        for group, keep, is_attention in plan:
+        for (group, keep, is_attention), indices in zip(plan, _slot_indices(plan)):
+            for slot, (holder, name), index in zip(group.slots, group.holders, indices):
+                store = _store(holder, name)
+                undo.append(lambda s=store, n=name, t=store[name]: s.__setitem__(n, t))
+                store[name] = store[name].index_select(slot.dim, index)
             for obj, attr, value in _shape_edits(group, len(keep), is_attention):
-                undo.append(lambda o=obj, a=attr, v=getattr(obj, attr): setattr(o, a, v))
-                setattr(obj, attr, value)
+                # plain attributes (sizes, a class): object's setattr skips nn.Module's checks for tensors and modules
+                undo.append(lambda o=obj, a=attr, v=getattr(obj, attr): object.__setattr__(o, a, v))
+                object.__setattr__(obj, attr, value)
         yield model
     finally:
         for restore in reversed(undo):
             restore()
 
 
-def _slot_indices(plan: list, slots: list) -> list[torch.Tensor]:
-    """Each slot's kept indices, built on the host and copied to the model's device at once: one blocking copy per
-    sub-network (a copy per slot, about seven per block, would each wait for an accelerator)."""
-    keeps = {id(group): keep for group, keep, _ in plan}
-    devices = {tensor.device for _, _, tensor in slots}
-    if len(devices) != 1:  # tensors on several devices: each slot's indices where its tensor is
-        return [group.index(keeps[id(group)], slot) for group, slot, _ in slots]
-    (device,) = devices
-    host = [group.index(keeps[id(group)], slot, device=keeps[id(group)].device) for group, slot, _ in slots]
-    if all(index.device == device for index in host):
-        return host
-    return list(torch.cat(host).to(device).split([len(index) for index in host]))
+def _slot_indices(plan: list) -> list[list[torch.Tensor]]:
+    """Per group of ``plan``, each slot's kept indices, built on the host and copied to the model's device at once:
+    one blocking copy per sub-network (a copy per slot, about seven per block, would each wait for an accelerator).
+    The slots of a group with the same number of sections share one index tensor."""
+    devices = {getattr(holder, name).device for group, _, _ in plan for holder, name in group.holders}
+    if len(devices) > 1:  # tensors on several devices: each slot's indices where its tensor is
+        return [[group.index(keep, slot) for slot in group.slots] for group, keep, _ in plan]
+    host: dict[tuple[int, int], torch.Tensor] = {}
+    for i, (group, keep, _) in enumerate(plan):
+        for slot in group.slots:
+            if (i, slot.sections) not in host:
+                host[(i, slot.sections)] = group.index(keep, slot, device=keep.device)
+    shared = dict(host)
+    if devices and any(index.device not in devices for index in host.values()):
+        moved = torch.cat(list(host.values())).to(next(iter(devices))).split([len(i) for i in host.values()])
+        shared = dict(zip(host, moved))
+    return [[shared[(i, slot.sections)] for slot in group.slots] for i, (group, _, _) in enumerate(plan)]
 
 
 def _cut_(group: UnitGroup, keep: torch.Tensor, is_attention: bool) -> None:
     """Slice every tensor of ``group`` to the kept units and update the module's shape attributes."""
-    for slot, tensor in iter_slots(group):
-        holder, name = _holder(group.module, slot.path)
+    for slot, (holder, name) in zip(group.slots, group.holders):
         store = _store(holder, name)
+        tensor = store[name]
         sliced = tensor.index_select(slot.dim, group.index(keep, slot)).clone()
         store[name] = nn.Parameter(sliced, requires_grad=tensor.requires_grad) if store is holder._parameters else sliced
     for obj, attr, value in _shape_edits(group, len(keep), is_attention):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterator, Optional, Sequence
 
 import torch
@@ -67,6 +68,12 @@ class UnitGroup:
     unit_size: int
     slots: tuple[Slot, ...]
 
+    @cached_property
+    def holders(self) -> tuple[tuple[nn.Module, str], ...]:
+        """Per slot, the module that holds its tensor and the tensor's name there (looked up once: a search gathers
+        thousands of sub-networks through them)."""
+        return tuple(_holder(self.module, slot.path) for slot in self.slots)
+
     def index(self, keep: torch.Tensor, slot: Slot, device: Optional[torch.device] = None) -> torch.Tensor:
         """Indices along ``slot.dim`` that belong to the kept units, section by section (on ``device``; default the
         slot tensor's)."""
@@ -86,9 +93,14 @@ class BlockUnits:
     neurons: UnitGroup
 
 
-def _tensor(module: nn.Module, path: str) -> torch.Tensor:
+def _holder(module: nn.Module, path: str) -> tuple[nn.Module, str]:
+    """The submodule of ``module`` that holds the tensor at ``path`` and the tensor's name there."""
     owner, _, name = path.rpartition(".")
-    return getattr(module.get_submodule(owner) if owner else module, name)
+    return (module.get_submodule(owner) if owner else module), name
+
+
+def _tensor(module: nn.Module, path: str) -> torch.Tensor:
+    return getattr(*_holder(module, path))
 
 
 def _present(module: nn.Module, path: str) -> bool:
@@ -247,8 +259,8 @@ def _check_indices(indices, num_units: int, what: str) -> torch.Tensor:
 
 def iter_slots(group: UnitGroup) -> Iterator[tuple[Slot, torch.Tensor]]:
     """(slot, tensor) pairs of a unit group."""
-    for slot in group.slots:
-        yield slot, _tensor(group.module, slot.path)
+    for slot, (holder, name) in zip(group.slots, group.holders):
+        yield slot, getattr(holder, name)
 
 
 #: Share of each block's MLP neurons / heads that is never pruned (the paper's): the defaults everywhere

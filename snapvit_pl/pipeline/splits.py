@@ -31,7 +31,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import nn
 
-from ..elastic.budget import Budget, CostModel, max_prune_ratio, resolve
+from ..elastic.budget import Budget, CostModel, max_prune_ratio, rank_units, resolve
 from ..elastic.scores import ElasticScores
 from ..elastic.splits import TOLERANCE, SplitTable
 from ..errors import PruningSpecError
@@ -250,12 +250,13 @@ def choose_splits(
     heads, neurons = scores.unified()
     max_head = max_prune_ratio(heads, scores.min_head_keep)
     keep_args = (scores.min_mlp_keep, scores.min_head_keep, export.mlp_multiple)
+    ranked = rank_units(heads, neurons, scores.min_mlp_keep, scores.min_head_keep)  # shared by every point's cuts
     points: list[_Point] = []
     deepest = deepest_keep(heads, neurons, cost, *keep_args)
     for index, (label, metric, keep, requested) in enumerate(split_points(budgets, cost, export.split_grid, deepest)):
         budget = Budget(params=keep) if metric == "params" else Budget(flops=keep)
         try:
-            _, _, schedule_h = resolve(budget, heads, neurons, cost, *keep_args)
+            _, _, schedule_h = resolve(budget, heads, neurons, cost, *keep_args, ranked=ranked)
         except PruningSpecError:
             if requested:
                 raise
@@ -263,7 +264,7 @@ def choose_splits(
 
         def resolve_at(h: float, budget: Budget = budget) -> Optional[tuple[float, float, object]]:
             try:
-                return resolve(budget, heads, neurons, cost, *keep_args, head_ratio=h)[::-1]
+                return resolve(budget, heads, neurons, cost, *keep_args, head_ratio=h, ranked=ranked)[::-1]
             except PruningSpecError:
                 return None  # this head ratio cannot meet the budget under the keep ratios
 

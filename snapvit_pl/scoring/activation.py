@@ -136,7 +136,7 @@ class ActivationStatistics(SummedStatistics):
         return {}
 
     def compute(self) -> LocalScores:
-        self._require_setup()
+        self._require_bound()
         if self._samples == 0:
             raise DataError(f"{self.name} saw no images: feed the scoring data through update() before compute()")
         with torch.no_grad():

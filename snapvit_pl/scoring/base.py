@@ -181,8 +181,6 @@ class Accumulator:
     """What every accumulator type derives from besides its scorer's class (``isinstance(x, Accumulator)``: bound to
     a model, holding statistics): :meth:`Scorer.bind` makes them."""
 
-    _frozen = False
-
 
 class Scorer(metaclass=_Specification):
     """Base class of all scorers (see the module docstring for the call order): an object a subclass's constructor
@@ -278,7 +276,7 @@ class Scorer(metaclass=_Specification):
     def _batch(self, batch: Any) -> tuple[Tensor, Optional[Tensor]]:
         """Every ``update``'s preamble: the scorer bound, its state on the model's device, the batch parsed
         (:func:`split_batch`) and its images on the model's device and dtype."""
-        self._require_setup()
+        self._require_bound()
         self._follow_device()
         images, labels = split_batch(batch)
         return to_model(images, *model_device_dtype(self.model)), labels
@@ -330,8 +328,8 @@ class Scorer(metaclass=_Specification):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items())})"
 
-    def _require_setup(self) -> None:
-        if getattr(self, "model", None) is None:
+    def _require_bound(self) -> None:
+        if not isinstance(self, Accumulator):
             raise ScoringError(f"{self.name} is a specification; bind it to the model first: "
                                "scorer = scorer.bind(model, context)")
 
@@ -368,7 +366,7 @@ class SummedStatistics(Scorer):
         return {"scorer": self.name, "config": self.config()}
 
     def reduce(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
-        self._require_setup()
+        self._require_bound()
         self._check_finite_batches()
         self._follow_device()
         for key in sorted(self._acc):

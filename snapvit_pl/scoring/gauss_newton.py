@@ -241,7 +241,7 @@ class GaussNewtonGreedy(SummedStatistics):
     def next_pass(self) -> None:
         """End a stage (after :meth:`reduce`): the greedy on this stage's Gram removes its share of the units; the
         accumulators start again for the next pass, at the sub-network reached."""
-        self._require_setup()
+        self._require_bound()
         if self._stage + 1 >= self.stages:
             raise ScoringError(f"{self.name}: all {self.stages} stages are done; compute() gives the scores")
         target = round(self._stage_end(self._stage) * self._count)
@@ -276,7 +276,7 @@ class GaussNewtonGreedy(SummedStatistics):
 
     @torch.no_grad()
     def compute(self) -> LocalScores:
-        self._require_setup()
+        self._require_bound()
         if self._stage + 1 < self.stages:
             raise ScoringError(f"{self.name}: stage {self._stage + 1} of {self.stages} is running; next_pass() "
                                "first (one pass over the pruning images per stage)")

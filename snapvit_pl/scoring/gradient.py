@@ -187,7 +187,7 @@ class GradientScorer(SummedStatistics):
         return self._acc[group.key] / self._batches
 
     def compute(self) -> LocalScores:
-        self._require_setup()
+        self._require_bound()
         if self._batches == 0:
             raise DataError(f"{self.name} saw no batches: feed the scoring data through update() before compute()")
         with torch.no_grad():

@@ -147,7 +147,7 @@ class MaskGradientScorer(SummedStatistics):
         return {}
 
     def compute(self) -> LocalScores:
-        self._require_setup()
+        self._require_bound()
         self._check_finite_batches()
         if self._samples == 0:
             raise DataError(f"{self.name} saw no batches: feed the scoring data through update() before compute()")

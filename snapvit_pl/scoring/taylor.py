@@ -115,7 +115,7 @@ class Taylor(_SelfDistillation, SummedStatistics):
         return {"loss": float(loss.detach())}
 
     def compute(self) -> LocalScores:
-        self._require_setup()
+        self._require_bound()
         if self._samples == 0:
             raise DataError(f"{self.name} saw no batches: feed the scoring data through update() before compute()")
         scores = {}

@@ -32,7 +32,7 @@ class _WeightScorer(_DataFree):
 
     @torch.no_grad()
     def compute(self) -> LocalScores:
-        self._require_setup()
+        self._require_bound()
         return LocalScores([self._score(b.heads, head_rows(b.heads, "qkv")) for b in self.blocks],
                            [self._score(b.neurons, neuron_rows(b.neurons)) for b in self.blocks])
 
@@ -108,7 +108,7 @@ class RandomScorer(_DataFree):
         self.seed = resolve_seed(seed)
 
     def compute(self) -> LocalScores:
-        self._require_setup()
+        self._require_bound()
         generator = torch.Generator().manual_seed(int(self.seed))
         heads, neurons = [], []
         for block in self.blocks:
