@@ -130,3 +130,28 @@ def test_a_cost_budget_never_removes_more_than_it_asks(metric, splits):
     assert checked > 40  # the sweep reached deep cuts (the keep ratios allow about 60% here)
     assert measure(scores.subnet(Budget(**({"sparsity": 0.0} if metric == "sparsity" else {metric: 1.0})), cost)[0]) \
         == dense
+
+
+def test_rankings_shared_across_budgets_resolve_what_each_budget_resolves_alone():
+    """``resolve(..., ranked=rank_units(...))``, as the split choice calls it for every budget and head ratio, gives
+    the sub-network and both ratios that a fresh ranking gives, refusals included; the shared ranking keeps its cuts."""
+    from snapvit_pl.elastic.budget import rank_units, resolve
+
+    model = load_backbone(FAMILIES["dino_vit"])
+    scores, cost = _elastic(model), CostModel(model)
+    heads, neurons = scores.unified()
+    keep = (scores.min_mlp_keep, scores.min_head_keep)
+    ranked = rank_units(heads, neurons, *keep)
+    compared = 0
+    for budget in (Budget(params=0.7), Budget(flops=0.45), Budget(sparsity=0.3), Budget(params=0.05)):
+        for head_ratio in (None, 0.0, 0.2, 0.45, 0.8):
+            outcomes = []
+            for shared in (None, ranked):
+                try:
+                    subnet, m, h = resolve(budget, heads, neurons, cost, *keep, head_ratio=head_ratio, ranked=shared)
+                    outcomes.append((subnet.to_dict(), m, h))
+                except PruningSpecError as refused:
+                    outcomes.append(str(refused))
+            assert outcomes[0] == outcomes[1], (budget.describe(), head_ratio)
+            compared += isinstance(outcomes[0], tuple)
+    assert compared >= 12 and len(ranked[1]._cuts) > 20  # most resolved; the neurons' cuts kept across budgets
