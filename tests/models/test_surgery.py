@@ -96,3 +96,29 @@ def test_pruned_model_runs_under_torch_compile(family):
         eager = model(x)
         compiled = torch.compile(model)(x)
     assert (eager - compiled).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_the_gathered_forward_restores_every_attribute_and_tensor(family):
+    """Inside ``use_subnet`` the modules report the pruned sizes (and EVA attention its pruned class); after it, even
+    when the body raises, every attribute, class and tensor object is the one from before."""
+    model = load_backbone(FAMILIES[family])
+    blocks = prunable_blocks(model)
+    subnet = Subnet([h[: max(1, len(h) // 2)] for h in Subnet.full(blocks).heads],
+                    [n[: max(1, len(n) // 3)] for n in Subnet.full(blocks).neurons])
+
+    def snapshot():
+        return [(type(m), {k: v for k, v in vars(m).items() if not k.startswith("_")},
+                 {k: id(v) for k, v in m._parameters.items()}, {k: id(v) for k, v in m._buffers.items()})
+                for m in model.modules()]
+
+    before = snapshot()
+    with use_subnet(model, subnet, blocks):
+        attn, fc2 = model.blocks[0].attn, model.blocks[0].mlp.fc2
+        assert attn.num_heads == len(subnet.heads[0]) and fc2.in_features == len(subnet.neurons[0])
+        assert fc2.weight.shape[1] == len(subnet.neurons[0])
+    assert snapshot() == before
+    with pytest.raises(RuntimeError, match="inside"):
+        with use_subnet(model, subnet, blocks):
+            raise RuntimeError("inside")
+    assert snapshot() == before
