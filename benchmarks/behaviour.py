@@ -13,8 +13,10 @@ The suite: ``prune.py`` on the reference development model and Fashion-MNIST (th
 once per variant of :data:`SUITE` (every scorer family, the coefficient search, every correction method, the split
 race with its grid, MLP rounding, every budget kind), each run's numbers kept: the local and elastic scores, the
 coefficients, the chosen splits, each model's kept units, its accuracies and a checksum of its weights, the search's
-fitness. Timings, memory and throughput are left out. Runs are seeded and on one thread: the same checkout gives the
-same numbers (tested), and the comparison allows float noise (:data:`RTOL`).
+fitness. Timings, memory and throughput are left out. The grid points' races (the splits recorded for budgets cut
+later) can be set aside (:func:`without_grid`): a results file whose runs race no grid point does not rest on them.
+Runs are seeded and on one thread: the same checkout gives the same numbers (tested), and the comparison allows float
+noise (:data:`RTOL`).
 """
 from __future__ import annotations
 
@@ -126,6 +128,19 @@ def suite(names: list[str], log: Progress) -> dict[str, dict[str, Any]]:
 def state_of(files: dict[str, str]) -> str:
     """The name of a state of the code: a digest of the files a record used, with theirs."""
     return hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()[:16]
+
+
+def grid_entries(run: dict[str, Any]) -> set[str]:
+    """The keys of one run's numbers that record a grid point's race (a split recorded for budgets cut later, from
+    which the run made no model): ``split.<label>`` where the run has no model ``<label>`` (every model's
+    ``<label>.params`` is recorded)."""
+    return {key for key in run if key.startswith("split.") and f"{key.removeprefix('split.')}.params" not in run}
+
+
+def without_grid(numbers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A record's numbers without the grid's races (:func:`grid_entries`): what a run that races no grid point
+    (``export.split_grid`` 0) rests on."""
+    return {name: {k: v for k, v in run.items() if k not in grid_entries(run)} for name, run in numbers.items()}
 
 
 def same_behaviour(first: Any, second: Any, rtol: float = RTOL, atol: float = ATOL) -> bool:

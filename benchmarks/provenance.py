@@ -126,6 +126,10 @@ BEHAVIOUR = {f"benchmarks/results/{name}" for name in (
     "fitness_vs_accuracy.json", "fitness_vs_accuracy.md", "pixel_baselines.json", "pixel_baselines.md",
     "sensitivity_vs_ablation.json", "sensitivity_vs_ablation.md", "gram_approximation.json",
     "gram_approximation.md", "research/bf16_orders.md", "search_convergence.json")}
+#: The files of :data:`BEHAVIOUR` whose runs race no grid point (their split choices, if any, are made with
+#: ``export.split_grid`` 0: tests/benchmarks/test_provenance.py reads their scripts): the grid's races in the behaviour
+#: records (``benchmarks.behaviour.without_grid``) do not bear on them, and a change to those alone keeps them current.
+NO_GRID = frozenset(BEHAVIOUR)
 #: Where benchmarks/behaviour.py writes its records (one per state of the code).
 BEHAVIOUR_RECORDS = ROOT / "benchmarks" / "results" / "behaviour"
 
@@ -137,12 +141,13 @@ def behaviour_records(folder: Optional[Path] = None) -> dict[str, dict[str, Any]
 
 
 def vouched_by(files: dict[str, str], changed: list[str], root: Optional[Path] = None,
-               records: Optional[dict[str, dict[str, Any]]] = None) -> Optional[str]:
+               records: Optional[dict[str, dict[str, Any]]] = None, grid: bool = True) -> Optional[str]:
     """Whether behaviour records show that the ``changed`` files (of a run that used ``files``) changed nothing the
     suite computes: a record made with the files the run used (the same digest for every file both used) and one made
     with today's files (every file it used as it is now), both having used every changed file, with the same numbers
-    (``benchmarks.behaviour.same_behaviour``). Returns ``"<then> = <now>"``, or None."""
-    from benchmarks.behaviour import same_behaviour
+    (``benchmarks.behaviour.same_behaviour``); without ``grid``, the grid points' races aside (:data:`NO_GRID`).
+    Returns ``"<then> = <now>"`` (with ``" without the grid's races"`` where only those differ), or None."""
+    from benchmarks.behaviour import same_behaviour, without_grid
 
     root = root or ROOT
     records = behaviour_records() if records is None else records
@@ -154,9 +159,12 @@ def vouched_by(files: dict[str, str], changed: list[str], root: Optional[Path] =
            and set(changed) <= set(r["provenance"]["files"])]
     for name_now, record_now in now:
         for name_then, record_then in then:
-            if record_then["suite"] == record_now["suite"] and same_behaviour(record_then["numbers"],
-                                                                              record_now["numbers"]):
+            if record_then["suite"] != record_now["suite"]:
+                continue
+            if same_behaviour(record_then["numbers"], record_now["numbers"]):
                 return f"{name_then} = {name_now}"
+            if not grid and same_behaviour(without_grid(record_then["numbers"]), without_grid(record_now["numbers"])):
+                return f"{name_then} = {name_now} without the grid's races"
     return None
 
 
@@ -196,7 +204,8 @@ def status(path: Path) -> Status:
     if changed_now is not None:
         commit = sorted(r["commit"] for r in found)[0]
         if changed_now and str(path.relative_to(ROOT)) in BEHAVIOUR:
-            vouchers = [vouched_by(r["files"], changed_files([r]) or []) for r in found]
+            grid = str(path.relative_to(ROOT)) not in NO_GRID
+            vouchers = [vouched_by(r["files"], changed_files([r]) or [], grid=grid) for r in found]
             if all(vouchers):
                 return Status(path, commit, found[0]["recorded"], changed_now[0], False, "; ".join(sorted(set(vouchers))))
         return Status(path, commit, found[0]["recorded"], changed_now[0] if changed_now else None, bool(changed_now))

@@ -264,14 +264,20 @@ def resolve(
     given (a split chosen for this budget, see :func:`snapvit_pl.pipeline.splits.choose_splits`),
     that head ratio with the MLP ratio found by bisection.
 
-    ``ranked``: the same scores already ranked (:func:`rank_units`), to share their sort and their cuts across the
-    many budgets and head ratios of a split choice.
+    ``ranked``: the same scores already ranked (:func:`rank_units`, with the same keep ratios), to share their sort
+    and their cuts across the many budgets and head ratios of a split choice.
 
     Raises:
         PruningSpecError: a target below what the minimum keep ratios allow (the message gives
             the smallest reachable value), or a cost budget without a ``CostModel``.
+        ValueError: ``ranked`` made with other keep ratios or unit counts.
     """
-    ranked = ranked or rank_units(head_scores, neuron_scores, min_mlp_keep, min_head_keep)
+    if ranked is None:
+        ranked = rank_units(head_scores, neuron_scores, min_mlp_keep, min_head_keep)
+    elif ((ranked[0].min_keep_ratio, ranked[1].min_keep_ratio) != (min_head_keep, min_mlp_keep)
+          or ranked[0].sizes != [len(s) for s in head_scores] or ranked[1].sizes != [len(s) for s in neuron_scores]):
+        raise ValueError("resolve: `ranked` was made with other keep ratios or unit counts than the arguments; make "
+                         "it with rank_units(head_scores, neuron_scores, min_mlp_keep, min_head_keep)")
     select = lambda m, h: select_ranked(*ranked, m, h, mlp_multiple)  # noqa: E731
     if not budget.is_cost:
         m, h = budget.mlp_ratio or 0.0, budget.head_ratio or 0.0

@@ -15,8 +15,11 @@ What it costs (``benchmarks/results/split_choice.md`` measures it against trying
 
 - candidates are raced (:mod:`snapvit_pl.search.race`): on a few fitness images first, on more only while they may
   still win; candidates with the same kept units are evaluated once;
-- a budget asked for races its whole window of ``split_candidates`` head ratios from ``export.split_images`` images;
-  a grid point (a split recorded for later budgets) races its whole window from ``MIN_IMAGES`` images;
+- a budget asked for races its whole window of ``split_candidates`` head ratios from ``export.split_images`` images,
+  settled as trying every candidate on every image would settle it;
+  a grid point (a split recorded for later budgets) races its whole window from ``MIN_IMAGES`` images, and a near tie
+  there need not be settled: a candidate leaves once the leader is at most :data:`GRID_INDIFFERENCE` of its drift
+  worse than it (at the race's confidence);
 - where the scores are the per-unit output sensitivity, a grid point starts from the split chosen nearest to it and
   follows the first-order estimate of the drift (half the removed units' scores) down to its minimum; where that
   estimate is below :data:`FIRST_ORDER_DRIFT`, the first-order choice only has to lead its two neighbours on
@@ -45,6 +48,11 @@ from .settings import ExportSettings
 #: A grid point whose first-order drift estimate (``1 - cos``) is below this takes the first-order choice once it leads
 #: a first round of ``MIN_IMAGES`` images (measured to agree with the fitness there: benchmarks/results/split_choice.md).
 FIRST_ORDER_DRIFT = 0.01
+#: A grid point's race is over once the leader is at most this fraction of its drift worse than every other candidate
+#: (:class:`snapvit_pl.search.race.Race`'s indifference zone): its splits only serve budgets cut later, interpolated
+#: between grid points, and settling its near ties to the last image took over half of the grid's forwards
+#: (benchmarks/results/split_choice.md measures the choices against the exhaustive ones).
+GRID_INDIFFERENCE = 0.05
 
 
 @dataclass
@@ -215,6 +223,7 @@ def choose_splits(
     rank: int = 0,
     world_size: int = 1,
     all_gather: Optional[AllGather] = None,
+    grid_indifference: float = GRID_INDIFFERENCE,
 ) -> list[SplitChoice]:
     """Choose the head ratio of every cost budget in ``budgets`` (and of the grid ``export.split_grid``) by the
     embedding-drift fitness.
@@ -237,6 +246,8 @@ def choose_splits(
         fitness: the run's fitness (dense embeddings and PCA of the fitness images), if already built.
         rank, world_size, all_gather: this process's place in a DDP run
             (:func:`snapvit_pl.search.population.evaluate_shared`).
+        grid_indifference: the grid points' indifference zone (:data:`GRID_INDIFFERENCE`; 0: their near ties settled
+            to the last image, as the budgets asked for).
 
     Returns:
         the choices, in the order of :func:`split_points`; ``SplitTable`` of them: :func:`split_table`.
@@ -313,9 +324,10 @@ def choose_splits(
                 start, estimates = _first_order_descent(point, start, heads, neurons)
                 if estimates[start] < FIRST_ORDER_DRIFT:
                     grid[point] = Race([point.candidate(p).entrant for p in point.around(start)], MIN_IMAGES,
-                                       point.candidate(start).entrant)
+                                       point.candidate(start).entrant, grid_indifference)
                     continue
-            grid[point] = Race([c.entrant for c in point.feasible(range(len(point.ratios)))], MIN_IMAGES)
+            grid[point] = Race([c.entrant for c in point.feasible(range(len(point.ratios)))], MIN_IMAGES,
+                               indifference=grid_indifference)
 
         def rest_of_window(race: Race) -> list[Entrant]:
             """A first-order choice that did not lead its first round: the race goes on over the whole window."""

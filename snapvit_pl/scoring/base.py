@@ -262,9 +262,7 @@ class Scorer(metaclass=_Specification):
     def setup(self, model: nn.Module, context: Optional[ScoringContext] = None) -> None:
         """Bind this accumulator to ``model`` and reset its statistics: called by :meth:`bind`, and what a subclass
         extends (calling this first) to make its own accumulators."""
-        if not isinstance(self, Accumulator):
-            raise ScoringError(f"{self.name} is a specification; bind it to the model instead: "
-                               "scorer = scorer.bind(model, context)")
+        self._require_bound()
         self.model = model
         self.blocks = prunable_blocks(model)
         self.context = context or ScoringContext()
@@ -376,7 +374,7 @@ class SummedStatistics(Scorer):
 
     def state_dict(self) -> dict[str, Any]:
         """Counts and accumulators (CPU tensors); a specification (not bound to a model): the empty state."""
-        if getattr(self, "model", None) is None:
+        if not isinstance(self, Accumulator):
             return {**self._identity(), "batches": 0, "samples": 0, "accumulators": {}}
         self._check_finite_batches()  # progress saved is finite
         return {**self._identity(), "batches": self._batches, "samples": self._samples,
@@ -395,7 +393,7 @@ class SummedStatistics(Scorer):
                 return " ".join(f"({k} {d.get(k)})" for k in identity if k != "scorer")
             raise CheckpointError(f"scorer state of {state.get('scorer')} {described(state)} cannot resume "
                                   f"{self.name} {described(identity)}; use the same scorer settings")
-        if getattr(self, "model", None) is None:
+        if not isinstance(self, Accumulator):
             raise ScoringError(f"{self.name}: a specification holds no statistics; load the state into its "
                                "accumulator (scorer.bind(model, context).load_state_dict(state))")
         saved = state["accumulators"]

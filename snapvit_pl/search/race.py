@@ -6,7 +6,8 @@ images. After each round the leader is the entrant with the least mean drift so 
 the leader's by more than :data:`RACE_Z` standard errors (of the per-image differences: the images are shared, so
 the comparison is paired; from :data:`MIN_IMAGES` images on) leaves the race; the others go on to twice as many
 images. A race ends when one entrant is left or every fitness image has been seen (then the least drift wins, as an
-exhaustive comparison decides).
+exhaustive comparison decides). A race may be given an indifference zone: then an entrant also leaves once the leader
+is, by the same test, at most that fraction of the leader's drift worse than it (a near tie need not be settled).
 
 Identical sub-networks (the same kept units) are evaluated once, in any race; the images are read in an order in
 which every prefix is spread over the whole fitness set; the evaluations of a round are shared across DDP ranks and
@@ -70,11 +71,13 @@ class Race:
         first_images: images of its first round (default: the racer's).
         favourite: an entrant chosen by a cheaper criterion, to confirm: it wins at once if it leads after the first
             round (else the race goes on as any other).
+        indifference: a fraction of the leader's drift: an entrant also leaves once the leader is, at :data:`RACE_Z`
+            standard errors, at most this much worse than it (0: every race settled as the exhaustive comparison would).
     """
 
     def __init__(self, entrants: Sequence[Entrant], first_images: Optional[int] = None,
-                 favourite: Optional[Entrant] = None):
-        self.first_images = first_images
+                 favourite: Optional[Entrant] = None, indifference: float = 0.0):
+        self.first_images, self.indifference = first_images, float(indifference)
         self.entrants: list[Entrant] = []
         self.alive: list[Entrant] = []
         self.enter(entrants)
@@ -164,13 +167,15 @@ class Racer:
         """Drop the entrants clearly behind the leader; decide the race, or double its images."""
         n = race.images
         values = {e.key: self.values[e.key][:n] for e in race.alive}
-        leader = min(race.alive, key=lambda e: (1.0 - float(values[e.key].mean()), e.tie))
+        drift = {e.key: 1.0 - float(values[e.key].mean()) for e in race.alive}
+        leader = min(race.alive, key=lambda e: (drift[e.key], e.tie))
         if n >= MIN_IMAGES:
             behind = []
+            zone = race.indifference * drift[leader.key]  # the leader may be this much worse and still win
             for entrant in race.alive:
                 difference = values[leader.key] - values[entrant.key]  # > 0: the entrant drifts more
                 error = float(difference.std()) / n ** 0.5
-                if entrant is not leader and float(difference.mean()) > self.z * error:
+                if entrant is not leader and float(difference.mean()) + zone > self.z * error:
                     behind.append(entrant)
             race.alive = [e for e in race.alive if e not in behind]
         race.rounds += 1

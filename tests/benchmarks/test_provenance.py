@@ -219,6 +219,65 @@ def test_behaviour_records_vouch_for_a_behaviour_file_whose_code_changed_without
     assert vouched_by(run, changed, tmp_path, {"then.json": then, "now.json": record(after, 0.81234568, ("x",))}) is None
 
 
+def test_a_file_whose_runs_race_no_grid_point_stays_vouched_when_only_the_grid_races_changed(tmp_path):
+    """Issue 55: the grid's races (splits recorded for later budgets, no model made from them) may change without
+    touching what a run that races no grid point computes; an asked budget's split, a model or a score may not."""
+    from benchmarks.behaviour import grid_entries, without_grid
+    from benchmarks.provenance import vouched_by
+
+    module = tmp_path / "snapvit_pl" / "race.py"
+    module.parent.mkdir()
+    module.write_text("z = 3\n")
+    before = {"snapvit_pl/race.py": common.file_digest(module)}
+    module.write_text("z = 3  # a zone for the grid\n")
+    after = {"snapvit_pl/race.py": common.file_digest(module)}
+
+    def record(files, asked=0.1, grid=0.2, knn=0.8):
+        run = {"sparsity0.3.params": 100, "sparsity0.3.knn_top1": knn, "split.sparsity0.3": [asked, 0.01, 0.02],
+               "split.params0.75": [grid, 0.001, 0.002]}
+        return {"suite": ["default"], "numbers": {"default": run}, "provenance": {"files": dict(files)}}
+
+    then = record(before)
+    assert grid_entries(then["numbers"]["default"]) == {"split.params0.75"}
+    assert without_grid(then["numbers"])["default"].keys() == {"sparsity0.3.params", "sparsity0.3.knn_top1",
+                                                               "split.sparsity0.3"}
+    changed = ["snapvit_pl/race.py"]
+    grid_only = {"then.json": then, "now.json": record(after, grid=0.3)}
+    assert vouched_by(before, changed, tmp_path, grid_only, grid=False) == "then.json = now.json without the grid's races"
+    assert vouched_by(before, changed, tmp_path, grid_only) is None  # a file whose runs race the grid
+    for other in (record(after, asked=0.3), record(after, knn=0.7)):
+        assert vouched_by(before, changed, tmp_path, {"then.json": then, "now.json": other}, grid=False) is None
+    same = {"then.json": then, "now.json": record(after)}
+    assert vouched_by(before, changed, tmp_path, same, grid=False) == "then.json = now.json"
+
+
+def test_the_files_said_to_race_no_grid_point_make_their_split_choices_without_a_grid():
+    """Every ``choose_splits`` call in the scripts of :data:`NO_GRID` files (and the benchmarks modules they import)
+    sits in a function that sets ``split_grid=0``, and none of them runs the whole pipeline (which races the grid)."""
+    import ast
+
+    from benchmarks.provenance import BEHAVIOUR, NO_GRID, ROOT, script_of
+
+    assert NO_GRID <= BEHAVIOUR
+    scripts, todo = set(), [script_of(ROOT / name) for name in NO_GRID]
+    while todo:
+        script = todo.pop()
+        if script in scripts:
+            continue
+        scripts.add(script)
+        tree = ast.parse((ROOT / script).read_text())
+        todo += [f"benchmarks/{node.module.split('.')[1]}.py" for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks.")]
+        for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Module))]:
+            calls = {getattr(c.func, "id", getattr(c.func, "attr", None)) for c in ast.walk(function)
+                     if isinstance(c, ast.Call)}
+            assert not calls & {"prune_main", "Pipeline", "run_pipeline"}, script
+            if "choose_splits" in calls and isinstance(function, ast.FunctionDef):
+                assert any(isinstance(k, ast.keyword) and k.arg == "split_grid" and getattr(k.value, "value", 1) == 0
+                           for k in ast.walk(function)), f"{script}: {function.name} may race the grid"
+    assert "benchmarks/compare_methods.py" in scripts and "benchmarks/research_custom.py" in scripts
+
+
 def test_same_behaviour_allows_float_noise_only():
     from benchmarks.behaviour import same_behaviour
 

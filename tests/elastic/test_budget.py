@@ -155,3 +155,8 @@ def test_rankings_shared_across_budgets_resolve_what_each_budget_resolves_alone(
             assert outcomes[0] == outcomes[1], (budget.describe(), head_ratio)
             compared += isinstance(outcomes[0], tuple)
     assert compared >= 12 and len(ranked[1]._cuts) > 20  # most resolved; the neurons' cuts kept across budgets
+    other_keep = rank_units(heads, neurons, keep[0] / 2, keep[1])
+    fewer_heads = rank_units(heads[:-1], neurons, *keep)
+    for wrong in (other_keep, fewer_heads):  # rankings made otherwise are refused, not used
+        with pytest.raises(ValueError, match="ranked.*other keep ratios or unit counts"):
+            resolve(Budget(params=0.7), heads, neurons, cost, *keep, ranked=wrong)

@@ -147,6 +147,24 @@ def test_raced_splits_are_the_exhaustive_choice_or_within_one_percent(sensitivit
     assert any(0 < n < len(images) for c in choices for n in c.images)  # some candidates left the race early
 
 
+def test_the_grid_leaves_near_ties_unsettled_and_the_budgets_asked_for_race_as_before(sensitivity_setup):
+    """Issue 55: a grid point's race ends once its leader is within GRID_INDIFFERENCE of the others' drift (its splits
+    only serve later budgets); the budgets asked for race exactly as without the zone."""
+    model, images, scores = sensitivity_setup
+    cost = CostModel(model)
+    export = ExportSettings(budgets=[{"sparsity": s} for s in (0.2, 0.4, 0.6)], split_grid=0.1, split_images=16)
+    zoned = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost)
+    settled = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost, grid_indifference=0.0)
+    asked = [(c.label, c.head_ratio, c.candidates, c.images) for c in zoned if c.requested]
+    assert asked == [(c.label, c.head_ratio, c.candidates, c.images) for c in settled if c.requested]
+    assert [c.label for c in zoned] == [c.label for c in settled]
+
+    def grid_images(choices):
+        return sum(sum(c.images) for c in choices if not c.requested)
+
+    assert grid_images(zoned) < grid_images(settled)
+
+
 def test_the_search_and_the_splits_share_one_fitness(setup, tmp_path, monkeypatch):
     import snapvit_pl.pipeline.driver as driver
 

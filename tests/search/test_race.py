@@ -47,6 +47,23 @@ def test_a_clearly_worse_entrant_leaves_after_the_first_round_and_close_ones_see
     assert racer.image_evaluations == 32 + 2 * 256
 
 
+def test_a_near_tie_inside_the_indifference_zone_ends_early_and_a_wider_gap_is_still_settled():
+    near = rows(h1=0.0100, h3=0.0101)  # 1% apart: the exhaustive comparison needs every image
+    settled = Race([entrant(1), entrant(3)], first_images=MIN_IMAGES)
+    Racer(TableFitness(near), first_images=64).run([settled])
+    zoned = Race([entrant(1), entrant(3)], first_images=MIN_IMAGES, indifference=0.05)
+    racer = Racer(TableFitness(near), first_images=64)
+    racer.run([zoned])
+    assert settled.images == 256 and zoned.images < 256
+    leader = min((1, 3), key=lambda k: racer.drift(entrant(k), zoned.images))
+    assert zoned.winner.label == leader  # the leader when it stopped, at most 5% (at the race's z) worse
+    apart = rows(h1=0.0100, h3=0.0125)  # 25% apart: outside the zone, decided by the paired test as without it
+    for indifference in (0.0, 0.05):
+        race = Race([entrant(1), entrant(3)], first_images=MIN_IMAGES, indifference=indifference)
+        Racer(TableFitness(apart), first_images=64).run([race])
+        assert race.winner.label == 1
+
+
 def test_identical_sub_networks_are_evaluated_once_and_ties_go_to_the_preferred():
     fitness = TableFitness(rows(h1=0.05, h2=0.2))
     racer = Racer(fitness, first_images=64)
