@@ -258,6 +258,9 @@ def test_the_files_said_to_race_no_grid_point_make_their_split_choices_without_a
 
     from benchmarks.provenance import BEHAVIOUR, NO_GRID, ROOT, script_of
 
+    def called(node: ast.AST) -> set:
+        return {getattr(c.func, "id", getattr(c.func, "attr", None)) for c in ast.walk(node) if isinstance(c, ast.Call)}
+
     assert NO_GRID <= BEHAVIOUR
     scripts, todo = set(), [script_of(ROOT / name) for name in NO_GRID]
     while todo:
@@ -268,11 +271,9 @@ def test_the_files_said_to_race_no_grid_point_make_their_split_choices_without_a
         tree = ast.parse((ROOT / script).read_text())
         todo += [f"benchmarks/{node.module.split('.')[1]}.py" for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks.")]
-        for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Module))]:
-            calls = {getattr(c.func, "id", getattr(c.func, "attr", None)) for c in ast.walk(function)
-                     if isinstance(c, ast.Call)}
-            assert not calls & {"prune_main", "Pipeline", "run_pipeline"}, script
-            if "choose_splits" in calls and isinstance(function, ast.FunctionDef):
+        assert not called(tree) & {"prune_main", "Pipeline"}, f"{script} runs the whole pipeline (and its grid)"
+        for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
+            if "choose_splits" in called(function):
                 assert any(isinstance(k, ast.keyword) and k.arg == "split_grid" and getattr(k.value, "value", 1) == 0
                            for k in ast.walk(function)), f"{script}: {function.name} may race the grid"
     assert "benchmarks/compare_methods.py" in scripts and "benchmarks/research_custom.py" in scripts
