@@ -11,9 +11,10 @@ For each development model and seed (the pruning subset, the probes), with the s
   every fitness image, what the split choice did before issue 30), for the budgets asked for alone and with the
   default grid;
 - :func:`snapvit_pl.pipeline.choose_splits` (raced candidates, shared evaluations, warm-started grid windows, the
-  confirmed first-order choice, the grid's indifference zone), for the budgets asked for alone and with the default
-  grid, each run ``--repeats`` times in alternation; and once, untimed, with the grid's near ties settled to the last
-  image (``grid_indifference=0``), for the fitness images the zone saves.
+  confirmed first-order choice, the grid's indifference zone and last round), for the budgets asked for alone and
+  with the default grid, each run ``--repeats`` times in alternation; and once, untimed, with the grid's near ties
+  settled to the last image (``grid_indifference=0``, ``grid_images`` every image), for the fitness images the zone
+  and the last round save.
 
 Times are the CPU time of the one-thread process (on a shared machine the wall clock, also recorded, swings 2-3x
 between identical runs); the median of the repeats is reported, the minimum kept in the JSON.
@@ -93,7 +94,7 @@ def run_seed(model_name: str, seed: int, args: argparse.Namespace, log: Progress
             if kind == "grid":
                 choices = made
     settled = choose_splits(model, images, scores, budgets, search, with_grid, cost, fitness=fitness(),
-                            grid_indifference=0.0)
+                            grid_indifference=0.0, grid_images=len(images))
     rows = []
     for choice in choices:
         best_h, best_drift, drifts = reference[choice.label]
@@ -115,11 +116,17 @@ def run_seed(model_name: str, seed: int, args: argparse.Namespace, log: Progress
     summary = {k: {"min_s": min(v), "median_s": statistics.median(v), "runs_s": v, "wall_runs_s": walls[k]}
                for k, v in times.items()}
     # fitness images the races evaluated (all candidates together): the budgets asked for, the grid, the grid's on
-    # splits raced to the last image, and the grid's with every near tie settled (no indifference zone)
+    # splits raced to their last round (split_images), and the grid's with every near tie settled (no indifference
+    # zone, every image)
+    last_round = min(export.split_images, len(images))
     counted = {"asked": sum(sum(c.images) for c in choices if c.requested),
                "grid": sum(sum(c.images) for c in choices if not c.requested),
-               "grid_to_the_last": sum(n for c in choices if not c.requested for n in c.images if n == len(images)),
+               "grid_to_the_end": sum(n for c in choices if not c.requested for n in c.images if n >= last_round),
                "grid_settled": sum(sum(c.images) for c in settled if not c.requested)}
+    # the same work in forward FLOPs (each candidate's images x its kept FLOPs fraction; the dense forward of the
+    # fitness images, which both runs make, counted once): the cost where the forwards are compute-bound (ViT-B-sized)
+    forwards = {kind: sum(n * f for r in rows if r["requested"] == (kind == "asked")
+                          for n, f in zip(r["images"], r["raced_flops"])) for kind in ("asked", "grid")}
     entry = {
         "seed": seed, "importance_s": importance_s, "fitness_images": int(images.shape[0]), "images": counted,
         "grid_images_over_asked": counted["grid"] / max(1, counted["asked"]),
@@ -130,6 +137,7 @@ def run_seed(model_name: str, seed: int, args: argparse.Namespace, log: Progress
         "raced": summary,
         "grid_over_asked": {"min": summary["grid"]["min_s"] / summary["asked"]["min_s"],
                             "median": summary["grid"]["median_s"] / summary["asked"]["median_s"]},
+        "grid_over_asked_flops": (len(images) + forwards["asked"] + forwards["grid"]) / (len(images) + forwards["asked"]),
         "speedup": {"asked": old_asked_s / summary["asked"]["median_s"], "grid": old_grid_s / summary["grid"]["median_s"]},
         "points": rows,
     }
@@ -150,8 +158,9 @@ def markdown(report: dict[str, Any]) -> str:
              f"defaults ({s['budgets']}), the grid every {s['split_grid']:.0%}; {s['repeats']} alternating runs of each "
              "raced configuration (median; the minimum in the JSON).", "",
              "| model | seed | points | same split as exhaustive | worst drift difference | exhaustive: asked / +grid (s) "
-             "| raced: asked / +grid (s) | grid adds | grid images / asked (near ties settled) | speedup asked / +grid |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| raced: asked / +grid (s) | grid adds (CPU time) | grid adds (forward FLOPs) "
+             "| grid images / asked (near ties settled) | speedup asked / +grid |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, entries in report["models"].items():
         for e in entries:
             rows = e["points"]
@@ -161,23 +170,27 @@ def markdown(report: dict[str, Any]) -> str:
                 f"+{100 * max(x['relative_drift_difference'] for x in rows):.2f}% | "
                 f"{e['exhaustive']['asked_s']:.1f} / {e['exhaustive']['grid_s']:.1f} | "
                 f"{r['asked']['median_s']:.1f} / {r['grid']['median_s']:.1f} | "
-                f"+{100 * (e['grid_over_asked']['median'] - 1):.0f}% | {100 * e['grid_images_over_asked']:.0f}% "
+                f"+{100 * (e['grid_over_asked']['median'] - 1):.0f}% | +{100 * (e['grid_over_asked_flops'] - 1):.0f}% | "
+                f"{100 * e['grid_images_over_asked']:.0f}% "
                 f"({100 * e['grid_settled_images_over_asked']:.0f}%) | "
                 f"{e['speedup']['asked']:.1f}x / {e['speedup']['grid']:.1f}x |")
     g = report["summary"]
     lines += ["", f"- Over every model and seed: {g['same']}/{g['points']} chosen splits are the exhaustive one; the "
               f"worst drift difference is +{100 * g['worst_difference']:.2f}% (the bar: within 1%). The grid adds at most "
               f"{100 * (g['max_grid_over_asked'] - 1):.0f}% (median runs; {100 * (g['max_grid_over_asked_min'] - 1):.0f}% "
-              "by the fastest runs) to the split stage over the budgets asked for alone (the bar: 50%).",
+              "by the fastest runs) to the split stage over the budgets asked for alone (the bar: 50%). In forward "
+              f"FLOPs (the cost where the forwards are compute-bound, as on ViT-B-sized models; these small models' "
+              f"forwards of 16-128 images also pay a fixed cost per call) it adds "
+              f"{100 * (g['grid_over_asked_flops']['min'] - 1):.0f}-{100 * (g['grid_over_asked_flops']['max'] - 1):.0f}%.",
               f"- A grid point's race ends once its leader is within {GRID_INDIFFERENCE:.0%} of the others' drift (its "
-              "indifference zone; the budgets asked for settle every near tie): its races evaluate "
+              "indifference zone), or at `export.split_images` images, the least drift on them winning (the budgets "
+              "asked for settle every near tie): its races evaluate "
               f"{100 * g['grid_images_over_asked']['min']:.0f}-{100 * g['grid_images_over_asked']['max']:.0f}% as many "
               "fitness images as the budgets asked for (column *grid images / asked*), against "
               f"{100 * g['grid_settled_images_over_asked']['min']:.0f}-"
               f"{100 * g['grid_settled_images_over_asked']['max']:.0f}% with every near tie settled to the last image "
               f"(in brackets; the same head ratio at {g['settled_same']}/{g['points']} points); "
-              f"{100 * g['grid_images_to_the_last']:.0f}% of the grid's images still go to splits raced to the last "
-              "image.",
+              f"{100 * g['grid_images_to_the_end']:.0f}% of the grid's images go to splits raced to that last round.",
               f"- Fitness images evaluated, all candidates together: {g['raced_image_fraction']:.1%} of what the "
               f"exhaustive choice evaluates ({g['raced_flops_fraction']:.1%} of its forward FLOPs; with 1000 fitness "
               f"images, as `configs/prune/dino_vitb16.yaml`, at most {g['raced_flops_fraction_at_1000_images']:.1%}, "
@@ -213,8 +226,10 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
                                        "max": max(e["grid_images_over_asked"] for e in entries)},
             "grid_settled_images_over_asked": {"min": min(e["grid_settled_images_over_asked"] for e in entries),
                                                "max": max(e["grid_settled_images_over_asked"] for e in entries)},
+            "grid_over_asked_flops": {"min": min(e["grid_over_asked_flops"] for e in entries),
+                                      "max": max(e["grid_over_asked_flops"] for e in entries)},
             "settled_same": sum(e["settled_same"] for e in entries),
-            "grid_images_to_the_last": sum(e["images"]["grid_to_the_last"] for e in entries)
+            "grid_images_to_the_end": sum(e["images"]["grid_to_the_end"] for e in entries)
             / max(1, sum(e["images"]["grid"] for e in entries)),
             "raced_image_fraction": raced / exhaustive,
             "raced_flops_fraction": flops_fraction(entries[0]["fitness_images"]),

@@ -88,8 +88,9 @@ class ExportSettings:
         split_candidates: head ratios tried per budget with ``split: fitness``.
         split_step: spacing of those head ratios.
         split_grid: spacing of the grid of kept parameter and FLOPs fractions (0: only the budgets asked for).
-        split_images: fitness images every candidate split is raced on first; the candidates that may still win go
-            on to twice as many, up to all of them (``search.num_images`` or more: every candidate on every image).
+        split_images: fitness images every candidate split of a budget asked for is raced on first; the candidates
+            that may still win go on to twice as many, up to all of them (``search.num_images`` or more: every
+            candidate on every image). A grid point's race starts smaller and ends here (the least drift wins).
         latency_batch_size: batch size of the latency table (for ``{"latency": ms}`` budgets).
         latency_device: device of the latency table (default: the run's device).
         latency_table: the latency table's JSON file, reused when it was measured for this architecture, device

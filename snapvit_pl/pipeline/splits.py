@@ -19,7 +19,8 @@ What it costs (``benchmarks/results/split_choice.md`` measures it against trying
   settled as trying every candidate on every image would settle it;
   a grid point (a split recorded for later budgets) races its whole window from ``MIN_IMAGES`` images, and a near tie
   there need not be settled: a candidate leaves once the leader is at most :data:`GRID_INDIFFERENCE` of its drift
-  worse than it (at the race's confidence);
+  worse than it (at the race's confidence), and the race ends at ``export.split_images`` images (the least drift on
+  them wins);
 - where the scores are the per-unit output sensitivity, a grid point starts from the split chosen nearest to it and
   follows the first-order estimate of the drift (half the removed units' scores) down to its minimum; where that
   estimate is below :data:`FIRST_ORDER_DRIFT`, the first-order choice only has to lead its two neighbours on
@@ -224,6 +225,7 @@ def choose_splits(
     world_size: int = 1,
     all_gather: Optional[AllGather] = None,
     grid_indifference: float = GRID_INDIFFERENCE,
+    grid_images: Optional[int] = None,
 ) -> list[SplitChoice]:
     """Choose the head ratio of every cost budget in ``budgets`` (and of the grid ``export.split_grid``) by the
     embedding-drift fitness.
@@ -248,6 +250,9 @@ def choose_splits(
             (:func:`snapvit_pl.search.population.evaluate_shared`).
         grid_indifference: the grid points' indifference zone (:data:`GRID_INDIFFERENCE`; 0: their near ties settled
             to the last image, as the budgets asked for).
+        grid_images: a grid point's race ends once its candidates have seen this many fitness images, the least drift
+            on them winning (default ``export.split_images``, a budget asked for's first round; the number of fitness
+            images: every near tie settled).
 
     Returns:
         the choices, in the order of :func:`split_points`; ``SplitTable`` of them: :func:`split_table`.
@@ -314,6 +319,7 @@ def choose_splits(
         #    made, down the first-order estimate) confirmed against its neighbours where that estimate is valid
         first_order = first_order_valid(scores)
         grid: dict[_Point, Race] = {}
+        last_images = export.split_images if grid_images is None else grid_images
         by_index = {p.index: p for p in points}
         for point in sorted((p for p in points if not p.requested), key=lambda p: -p.keep):
             start = point.nearest(point.schedule + _offset(point, [by_index[i] for i in choices], choices))
@@ -324,10 +330,10 @@ def choose_splits(
                 start, estimates = _first_order_descent(point, start, heads, neurons)
                 if estimates[start] < FIRST_ORDER_DRIFT:
                     grid[point] = Race([point.candidate(p).entrant for p in point.around(start)], MIN_IMAGES,
-                                       point.candidate(start).entrant, grid_indifference)
+                                       point.candidate(start).entrant, grid_indifference, last_images)
                     continue
             grid[point] = Race([c.entrant for c in point.feasible(range(len(point.ratios)))], MIN_IMAGES,
-                               indifference=grid_indifference)
+                               indifference=grid_indifference, last_images=last_images)
 
         def rest_of_window(race: Race) -> list[Entrant]:
             """A first-order choice that did not lead its first round: the race goes on over the whole window."""

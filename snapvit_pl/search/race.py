@@ -7,7 +7,8 @@ the leader's by more than :data:`RACE_Z` standard errors (of the per-image diffe
 the comparison is paired; from :data:`MIN_IMAGES` images on) leaves the race; the others go on to twice as many
 images. A race ends when one entrant is left or every fitness image has been seen (then the least drift wins, as an
 exhaustive comparison decides). A race may be given an indifference zone: then an entrant also leaves once the leader
-is, by the same test, at most that fraction of the leader's drift worse than it (a near tie need not be settled).
+is, by the same test, at most that fraction of the leader's drift worse than it (a near tie need not be settled); and
+a last round: then it ends once its entrants have seen that many images (the least drift on them wins).
 
 Identical sub-networks (the same kept units) are evaluated once, in any race; the images are read in an order in
 which every prefix is spread over the whole fitness set; the evaluations of a round are shared across DDP ranks and
@@ -73,11 +74,17 @@ class Race:
             round (else the race goes on as any other).
         indifference: a fraction of the leader's drift: an entrant also leaves once the leader is, at :data:`RACE_Z`
             standard errors, at most this much worse than it (0: every race settled as the exhaustive comparison would).
+        last_images: the race ends once its entrants have seen this many images, the least drift on them winning
+            (default: every fitness image).
     """
 
     def __init__(self, entrants: Sequence[Entrant], first_images: Optional[int] = None,
-                 favourite: Optional[Entrant] = None, indifference: float = 0.0):
-        self.first_images, self.indifference = first_images, float(indifference)
+                 favourite: Optional[Entrant] = None, indifference: float = 0.0, last_images: Optional[int] = None):
+        if indifference < 0:
+            raise ValueError(f"indifference must be at least 0 (a fraction of the leader's drift), got {indifference}")
+        if last_images is not None and last_images < 1:
+            raise ValueError(f"last_images must be at least 1, got {last_images}")
+        self.first_images, self.indifference, self.last_images = first_images, float(indifference), last_images
         self.entrants: list[Entrant] = []
         self.alive: list[Entrant] = []
         self.enter(entrants)
@@ -138,7 +145,7 @@ class Racer:
             if not active:
                 return
             for race in active:
-                race.images = race.images or max(1, min(race.first_images or self.first, self.total))
+                race.images = race.images or max(1, min(race.first_images or self.first, self._last(race)))
             self._evaluate(active)
             for race in active:
                 self._step(race)
@@ -147,6 +154,10 @@ class Racer:
                     if more:
                         race.alive = [race.winner]
                         race.enter(more)
+
+    def _last(self, race: Race) -> int:
+        """Images of ``race``'s last round."""
+        return min(race.last_images or self.total, self.total)
 
     def _evaluate(self, races: Sequence[Race]) -> None:
         wanted: dict[Hashable, tuple[Entrant, int]] = {}
@@ -179,8 +190,9 @@ class Racer:
                     behind.append(entrant)
             race.alive = [e for e in race.alive if e not in behind]
         race.rounds += 1
-        if len(race.alive) == 1 or n >= self.total or (race.rounds == 1 and race.favourite is not None
+        last = self._last(race)
+        if len(race.alive) == 1 or n >= last or (race.rounds == 1 and race.favourite is not None
                                                              and leader.key == race.favourite.key):
             race.winner = leader
         else:
-            race.images = min(2 * n, self.total)
+            race.images = min(2 * n, last)

@@ -90,9 +90,10 @@ def test_split_choice_tiny_compares_the_raced_choice_with_the_exhaustive_one(tmp
     assert set(entry["raced"]) == {"asked", "grid"} and entry["exhaustive"]["grid_s"] > 0
     assert 0 < report["summary"]["raced_flops_fraction_at_1000_images"] <= 1
     images = entry["images"]
-    assert 0 < images["grid"] <= images["grid_settled"] and 0 <= images["grid_to_the_last"] <= images["grid"]
+    assert 0 < images["grid"] <= images["grid_settled"] and 0 <= images["grid_to_the_end"] <= images["grid"]
     assert entry["grid_images_over_asked"] == pytest.approx(images["grid"] / images["asked"], abs=1e-3)
-    assert 0 <= report["summary"]["grid_images_to_the_last"] <= 1
+    assert 0 <= report["summary"]["grid_images_to_the_end"] <= 1
+    assert 1 < entry["grid_over_asked_flops"] == report["summary"]["grid_over_asked_flops"]["max"]
     assert (tmp_path / "splits.md").read_text().startswith("# Split choice")
 
 

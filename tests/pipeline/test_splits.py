@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -133,11 +135,12 @@ def sensitivity_setup():
 
 def test_raced_splits_are_the_exhaustive_choice_or_within_one_percent(sensitivity_setup):
     """Issue 30's bar on a tiny model: racing (16 images first), warm-started grid windows and the confirmed
-    first-order choice pick what every candidate on every image picks, or a split whose drift is within 1% of it."""
+    first-order choice pick what every candidate on every image picks, or a split whose drift is within 1% of it
+    (the grid's races allowed every image: by default they end at ``split_images``)."""
     model, images, scores = sensitivity_setup
     cost = CostModel(model)
     export = ExportSettings(budgets=[{"sparsity": s} for s in (0.2, 0.4, 0.6)], split_grid=0.1, split_images=16)
-    choices = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost)
+    choices = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost, grid_images=len(images))
     best = exhaustive_splits(EmbeddingFitness(model, images, scores, SEARCH), scores, export.budgets, export, cost)
     assert [c.label for c in choices] == list(best)
     for choice in choices:
@@ -148,21 +151,33 @@ def test_raced_splits_are_the_exhaustive_choice_or_within_one_percent(sensitivit
 
 
 def test_the_grid_leaves_near_ties_unsettled_and_the_budgets_asked_for_race_as_before(sensitivity_setup):
-    """Issue 55: a grid point's race ends once its leader is within GRID_INDIFFERENCE of the others' drift (its splits
-    only serve later budgets); the budgets asked for race exactly as without the zone."""
+    """Issue 55: a grid point's race ends once its leader is within GRID_INDIFFERENCE of the others' drift, and at
+    ``split_images`` images (its splits only serve later budgets); the budgets asked for race exactly as without
+    either."""
     model, images, scores = sensitivity_setup
     cost = CostModel(model)
     export = ExportSettings(budgets=[{"sparsity": s} for s in (0.2, 0.4, 0.6)], split_grid=0.1, split_images=16)
-    zoned = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost)
-    settled = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost, grid_indifference=0.0)
+    everything = len(images)
+    zoned = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost, grid_images=everything)
+    settled = choose_splits(model, images, scores, export.budgets, SEARCH, export, cost, grid_indifference=0.0,
+                            grid_images=everything)
+    capped = choose_splits(model, images, scores, export.budgets, SEARCH, replace(export, split_images=32), cost)
     asked = [(c.label, c.head_ratio, c.candidates, c.images) for c in zoned if c.requested]
     assert asked == [(c.label, c.head_ratio, c.candidates, c.images) for c in settled if c.requested]
-    assert [c.label for c in zoned] == [c.label for c in settled]
+    assert [c.label for c in zoned] == [c.label for c in settled] == [c.label for c in capped]
 
     def grid_images(choices):
         return sum(sum(c.images) for c in choices if not c.requested)
 
     assert grid_images(zoned) < grid_images(settled)
+    assert max(n for c in zoned if not c.requested for n in c.images) > 32  # some near tie went on past 32 images
+    # by default a grid point's race reads at most split_images; a sub-network past that was raced by a budget asked
+    # for too (one evaluation, shared: the same drift)
+    asked_drifts = {d for c in capped if c.requested for _, _, d in c.candidates}
+    past = [(n, d) for c in capped if not c.requested for (_, _, d), n in zip(c.candidates, c.images) if n > 32]
+    assert all(d in asked_drifts for _, d in past)
+    assert len(past) < sum(n > 32 for c in zoned if not c.requested for n in c.images)
+    assert max(n for c in capped if c.requested for n in c.images) > 32  # the budgets asked for: still settled
 
 
 def test_the_search_and_the_splits_share_one_fitness(setup, tmp_path, monkeypatch):

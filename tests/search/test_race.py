@@ -64,6 +64,32 @@ def test_a_near_tie_inside_the_indifference_zone_ends_early_and_a_wider_gap_is_s
         assert race.winner.label == 1
 
 
+def test_a_race_with_a_last_round_ends_there_and_the_least_drift_on_its_images_wins():
+    near = rows(h1=0.0100, h2=0.20, h3=0.0101)  # 1 and 3 within the noise: without a last round, every image
+    racer = Racer(TableFitness(near), first_images=64)
+    capped = Race([entrant(1), entrant(2), entrant(3)], first_images=MIN_IMAGES, last_images=48)
+    racer.run([capped])
+    assert capped.images == 48 and racer.seen(entrant(1)) == racer.seen(entrant(3)) == 48  # 16, 32, then 48
+    assert racer.seen(entrant(2)) == MIN_IMAGES  # 20x the drift: gone after the first round, as without the cap
+    assert capped.winner.label == min((1, 3), key=lambda k: racer.drift(entrant(k), 48))
+    pair = rows(h1=0.0100, h3=0.0101)  # the near tie that needs every image without a last round (above)
+    small = Race([entrant(1), entrant(3)], first_images=MIN_IMAGES, last_images=8)  # below the first round
+    Racer(TableFitness(pair), first_images=64).run([small])
+    assert small.images == 8 and small.rounds == 1
+    uncapped = Race([entrant(1), entrant(3)], first_images=MIN_IMAGES, last_images=10_000)  # beyond the fitness set
+    Racer(TableFitness(pair), first_images=64).run([uncapped])
+    assert uncapped.images == 256
+
+
+def test_a_negative_indifference_or_an_empty_last_round_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="indifference must be at least 0"):
+        Race([entrant(1)], indifference=-0.05)
+    with pytest.raises(ValueError, match="last_images must be at least 1"):
+        Race([entrant(1)], last_images=0)
+
+
 def test_identical_sub_networks_are_evaluated_once_and_ties_go_to_the_preferred():
     fitness = TableFitness(rows(h1=0.05, h2=0.2))
     racer = Racer(fitness, first_images=64)
