@@ -4,13 +4,14 @@
     python benchmarks/later_budgets.py --quick                                       # smoke run
 
 For each development model and seed: the default scores (``ours``, as ``compare_methods.py`` computes them) of a run
-whose budgets stop at ``--run-budgets`` (kept parameter fractions, with the default grid of splits,
-``export.split_grid``) are cut at each ``--later`` fraction (what ``snapvit-pl extract`` does: the head ratio
-recorded for that fraction, or interpolated between the two nearest grid points), and the same fraction is asked for up
-front (``choose_splits`` with that budget: its whole window raced, no grid). Both models are evaluated as
-``compare_methods.py`` evaluates (own head, linear probe, k-NN on ``--val-samples`` held-out images); the table shows
-each pair's head ratios, the fitness drift of each choice and the accuracy difference. The split time of the run
-with its grid is reported against the run's asked budgets alone (the grid's cost).
+whose budgets stop at ``--run-budgets`` (kept parameter fractions, with the configuration's grid of splits,
+``export.split_grid``, or ``--split-grid``) are cut at each ``--later`` fraction (what ``snapvit-pl extract`` does
+without the run's data: the head ratio recorded for that fraction, or interpolated between the two nearest grid
+points), and the same fraction is asked for up front (``choose_splits`` with that budget: its whole window raced, no
+grid). Both models are evaluated as ``compare_methods.py`` evaluates (own head, linear probe, k-NN on
+``--val-samples`` held-out images); the table shows each pair's kept heads, the fitness drift of each choice (on all
+the run's fitness images) and the accuracy difference. The split time of the run with its grid is reported against
+the run's asked budgets alone (the grid's cost).
 """
 from __future__ import annotations
 
@@ -34,16 +35,19 @@ from benchmarks.compare_methods import (  # noqa: E402
 )
 from snapvit_pl.elastic import Budget, CostModel  # noqa: E402
 from snapvit_pl.pipeline import EvaluationSettings, choose_splits, extract_models, split_table  # noqa: E402
+from snapvit_pl.search.fitness import EmbeddingFitness  # noqa: E402
 
 
 def run(models: list[str], seeds: list[int], run_budgets: list[float], later: list[float], val_samples: int,
-        train_samples: int, log: Progress) -> dict[str, Any]:
+        train_samples: int, log: Progress, split_grid: Optional[float] = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     costs: list[dict[str, Any]] = []
     for model_name in models:
         evaluation = None
         for seed in seeds:
-            setup = prune_setup(*model_overrides(model_name), f"--data.init_args.seed={seed}", f"--search.seed={seed}")
+            grid = [] if split_grid is None else [f"--export.split_grid={split_grid}"]
+            setup = prune_setup(*model_overrides(model_name), f"--data.init_args.seed={seed}", f"--search.seed={seed}",
+                                *grid)
             if evaluation is None:
                 has_head = bool(getattr(setup.model, "num_classes", 0))
                 metrics = EvaluationSettings(metrics=["knn", "linear", *(["head"] if has_head else [])],
@@ -65,6 +69,7 @@ def run(models: list[str], seeds: list[int], run_budgets: list[float], later: li
             grid_s = time.perf_counter() - started
             costs.append({"model": model_name, "seed": seed, "asked_alone_s": alone_s, "with_grid_s": grid_s})
             run_table = split_table(run_choices)
+            fitness = EmbeddingFitness(setup.model, images, scores, setup.search, pairs=[(0.0, 0.0)])
             for keep in later:
                 budget = Budget(params=keep)
                 scores.splits = run_table
@@ -73,42 +78,69 @@ def run(models: list[str], seeds: list[int], run_budgets: list[float], later: li
                                           replace(setup.export, split_grid=0), cost)
                 scores.splits = split_table([choice])
                 (cut_up_front,) = extract_models(setup.model, scores, [budget], evaluation=evaluation, cost=cost)
-                drifts = {round(h, 6): d for h, _, d in choice.candidates}
                 row = {"model": model_name, "seed": seed, "keep": keep,
-                       "later": {"head_ratio": cut_later.head_ratio, "params": cut_later.params,
-                                 "drift": drifts.get(round(cut_later.head_ratio, 6)),
-                                 **{k: cut_later.metrics.get(k) for k, _ in REPORTED}},
-                       "up_front": {"head_ratio": cut_up_front.head_ratio, "params": cut_up_front.params,
-                                    "drift": drifts.get(round(cut_up_front.head_ratio, 6)),
-                                    **{k: cut_up_front.metrics.get(k) for k, _ in REPORTED}}}
+                       **{side: {"head_ratio": cut.head_ratio, "heads": sum(cut.subnet.head_counts),
+                                 "params": cut.params, "drift": fitness.distance(cut.subnet),
+                                 **{k: cut.metrics.get(k) for k, _ in REPORTED}}
+                          for side, cut in (("later", cut_later), ("up_front", cut_up_front))}}
                 rows.append(row)
-                log(f"{model_name} seed {seed} params {keep}: later h={cut_later.head_ratio:.3f} "
-                    + "/".join(pct(row['later'][k]) for k, _ in REPORTED) + f", up front h={cut_up_front.head_ratio:.3f} "
-                    + "/".join(pct(row['up_front'][k]) for k, _ in REPORTED))
-    return {"rows": rows, "split_costs": costs, "run_budgets": run_budgets, "later": later, "machine": machine_info()}
+                log(f"{model_name} seed {seed} params {keep}: " + ", ".join(
+                    f"{side} h={row[side]['head_ratio']:.3f} drift {row[side]['drift']:.4f} "
+                    + "/".join(pct(row[side][k]) for k, _ in REPORTED) for side in ("later", "up_front")))
+    groups = summary(rows)
+    worst = min((g for g in groups if g["worst_points"] is not None), key=lambda g: g["worst_points"])
+    worst = {"model": worst["model"], "keep": worst["keep"], "points": worst["worst_points"],
+             "metric": min((k for k, d in worst["points"].items() if d is not None), key=worst["points"].get)}
+    return {"rows": rows, "groups": groups, "worst": worst, "split_costs": costs, "run_budgets": run_budgets,
+            "later": later, "split_grid": setup.export.split_grid, "machine": machine_info()}
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model and later budget: the means over seeds of each side's drift and accuracies, and ``later - up
+    front`` in accuracy points (None where a model has no such metric)."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["keep"]), []).append(row)
+    found = []
+    for (model, keep), members in groups.items():
+        def mean(side: str, key: str) -> Optional[float]:
+            values = [r[side][key] for r in members if r[side].get(key) is not None]
+            return statistics.fmean(values) if values else None
+
+        sides = {side: {key: mean(side, key) for key in ("drift", *(k for k, _ in REPORTED))}
+                 for side in ("later", "up_front")}
+        diff = {k: None if sides["later"][k] is None else 100 * (sides["later"][k] - sides["up_front"][k])
+                for k, _ in REPORTED}
+        found.append({"model": model, "keep": keep, **sides, "points": diff,
+                      "worst_points": min((d for d in diff.values() if d is not None), default=None)})
+    return found
 
 
 def markdown(report: dict[str, Any]) -> str:
     lines = ["# A budget cut later against the same budget asked for up front", "",
-             f"The run asks for {', '.join(f'{k:.0%}' for k in report['run_budgets'])} of the parameters (with the "
-             "default grid of splits); each later budget is cut from its scores (`extract`) and asked for up front. "
-             "Accuracy in percent (own head / linear probe / k-NN), mean over seeds; drift: the fitness (1 - cosine) "
-             "of the split on the up-front race's images, where the later split was one of its candidates.", "",
-             "| model | kept params | head ratio later / up front | later | up front | later - up front |",
-             "|---|---:|---|---|---|---|"]
-    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    for row in report["rows"]:
-        groups.setdefault((row["model"], row["keep"]), []).append(row)
-    for (model, keep), rows in groups.items():
-        def mean(side: str, key: str) -> Optional[float]:
-            values = [r[side][key] for r in rows if r[side].get(key) is not None]
-            return statistics.fmean(values) if values else None
-
-        cells = {side: "/".join(pct(mean(side, k), 2) for k, _ in REPORTED) for side in ("later", "up_front")}
-        diff = "/".join("n/a" if mean("later", k) is None else f"{100 * (mean('later', k) - mean('up_front', k)):+.2f}"
-                        for k, _ in REPORTED)
-        ratios = ", ".join(f"{r['later']['head_ratio']:.2f}/{r['up_front']['head_ratio']:.2f}" for r in rows)
-        lines.append(f"| {model} | {keep:.0%} | {ratios} | {cells['later']} | {cells['up_front']} | {diff} |")
+             f"The run asks for {', '.join(f'{k:.0%}' for k in report['run_budgets'])} of the parameters (with a grid "
+             f"of splits every {report['split_grid']:g} of the dense cost, `export.split_grid`); each later budget is "
+             "cut from its scores (`extract` without the run's data: the head ratio interpolated between the run's "
+             "recorded splits) and asked for up front (its window of candidate splits raced). Accuracy in percent "
+             "(own head / linear probe / k-NN), mean over seeds; heads: "
+             "the heads each split keeps, per seed; drift: the fitness (1 - cosine to the dense embeddings) of each "
+             "split on all the run's fitness images, mean over seeds.", "",
+             "| model | kept params | heads kept later / up front | drift later / up front | later | up front "
+             "| later - up front |", "|---|---:|---|---|---|---|---|"]
+    for group in report["groups"]:
+        rows = [r for r in report["rows"] if (r["model"], r["keep"]) == (group["model"], group["keep"])]
+        cells = {side: "/".join(pct(group[side][k], 2) for k, _ in REPORTED) for side in ("later", "up_front")}
+        diff = "/".join("n/a" if group["points"][k] is None else f"{group['points'][k]:+.2f}" for k, _ in REPORTED)
+        heads = ", ".join(f"{r['later']['heads']}/{r['up_front']['heads']}" for r in rows)
+        lines.append(f"| {group['model']} | {group['keep']:.0%} | {heads} | {group['later']['drift']:.4f}/"
+                     f"{group['up_front']['drift']:.4f} | {cells['later']} | {cells['up_front']} | {diff} |")
+    same = sum(r["later"]["heads"] == r["up_front"]["heads"] for r in report["rows"])
+    lower = sum(r["later"]["heads"] != r["up_front"]["heads"] and r["later"]["drift"] <= r["up_front"]["drift"]
+                for r in report["rows"])
+    total = len(report["rows"])
+    lines += ["", f"Of {total} later cuts, {same} keep as many heads as the cut asked for up front; of the other "
+              f"{total - same}, {lower} drift less than it on the fitness images (the up-front race only tries head "
+              "ratios spaced by `export.split_step`, the interpolation lands between them)."]
     lines += ["", "Split time of the run: its asked budgets alone against the same with the grid (seconds).", "",
               "| model | seed | asked alone | with the grid | ratio |", "|---|---:|---:|---:|---:|"]
     for c in report["split_costs"]:
@@ -123,6 +155,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--run-budgets", default="0.51,0.41", help="the run's kept parameter fractions")
     parser.add_argument("--later", default="0.32,0.23", help="kept parameter fractions cut later")
+    parser.add_argument("--split-grid", type=float, default=None,
+                        help="the run's export.split_grid (default: the configuration's)")
     parser.add_argument("--val-samples", type=int, default=5000)
     parser.add_argument("--train-samples", type=int, default=5000)
     parser.add_argument("--threads", type=int, default=1)
@@ -134,7 +168,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
     val, train = (200, 300) if args.quick else (args.val_samples, args.train_samples)
     report = run(models, seeds, [float(k) for k in args.run_budgets.split(",")],
-                 [float(k) for k in args.later.split(",")], val, train, Progress())
+                 [float(k) for k in args.later.split(",")], val, train, Progress(), args.split_grid)
     out = Path(args.out) if args.out else RESULTS / "later_budgets"
     write_results(out, report, markdown, args)
     return 0

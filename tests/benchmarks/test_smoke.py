@@ -198,3 +198,20 @@ def test_correction_finetune_quick_corrects_fine_tunes_and_evaluates(tmp_path):
     assert correction_finetune.main(["--quick", "--out", str(tmp_path / "cf")]) == 0
     report = json.loads((tmp_path / "cf.json").read_text())
     assert report["quick"] and report["models"]
+
+
+def test_later_budgets_quick_cuts_each_budget_both_ways_and_measures_their_drift(tmp_path):
+    """A later cut and an up-front cut of one budget: both within it, their drifts measured on the same images (the
+    same heads kept: the same sub-network, the same drift)."""
+    from benchmarks.later_budgets import main
+
+    assert main(["--quick", "--later", "0.32,0.23", "--out", str(tmp_path / "later")]) == 0
+    report = json.loads((tmp_path / "later.json").read_text())
+    assert [row["keep"] for row in report["rows"]] == [0.32, 0.23]
+    for row in report["rows"]:
+        later, up_front = row["later"], row["up_front"]
+        assert 0 < later["drift"] < 2 and 0 < up_front["drift"] < 2
+        if later["heads"] == up_front["heads"]:
+            assert later["drift"] == pytest.approx(up_front["drift"], abs=1e-4)
+    markdown = (tmp_path / "later.md").read_text()
+    assert "| clutter | 23% |" in markdown and f"Of {len(report['rows'])} later cuts" in markdown
