@@ -182,7 +182,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         entry["stderr"] = [line for line in entry["stderr"].splitlines() if line.startswith("[snapvit]")]
         entry.pop("stdout")
     prefix = Path(args.out) if args.out else RESULTS / "readme_walkthrough"
-    write_results(prefix, record, markdown, args, round_values=False)
+    write_results(prefix, record, markdown, args, round_values=False,
+                  subprocesses=True)  # the commands ran in processes of their own: all the project's code counts
     print(f"wrote {prefix}.json/.md")
     return 0
 

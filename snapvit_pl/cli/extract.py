@@ -3,14 +3,17 @@ budget, without running the search again.
 
 The base weights are rebuilt from the spec recorded in the scores (timm hub name or local file; ``--model.*``
 overrides a field, e.g. ``--model.checkpoint_path`` for a local copy); their fingerprint must match. A cost
-budget takes the head/MLP split the pruning run chose for its kept fraction (interpolated between the
-recorded ones, or raced on the run's fitness images as the run would have raced it when the run's data is given:
-``--config`` of its ``config.yaml``); the MLP width rounding is the run's unless ``--export.mlp_multiple`` says
-otherwise.
+budget takes the head/MLP split the pruning run chose for its kept fraction; one the run did not choose is raced
+on the run's fitness images as the run would have raced it. Those images are the run's data: ``--config`` of its
+``config.yaml``, or, when neither ``--config`` nor ``--data`` is given, the data section of the ``config.yaml``
+beside the scores, taken only when the files it names are those the run read (its ``resume_state.pt`` records
+them). Without them (or with ``--run_data false``) the split is interpolated between the recorded ones and the
+command says why. The MLP width rounding is the run's unless ``--export.mlp_multiple`` says otherwise.
 """
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, Optional
 
 from .common import check_output_dir, command_parser, run_command, show_declared, writing_to
@@ -18,9 +21,12 @@ from .common import check_output_dir, command_parser, run_command, show_declared
 EPILOG = """examples:
   snapvit-pl extract --scores runs/prune/X/elastic_scores.safetensors --out_dir pruned/ \\
       --export.budgets '[{flops: 0.5}, {params: 2e7}, {mlp_ratio: 0.35, head_ratio: 0.2}]'
-  snapvit-pl extract --config runs/prune/X/config.yaml --scores runs/prune/X/elastic_scores.safetensors \\
-      --out_dir pruned/ --export.budgets '[{sparsity: 0.45}]' --correction.enabled true   # the run's data calibrates"""
-_SECTIONS = ("scores", "out_dir", "overwrite", "progress", "verbose", "model", "export", "correction", "data")
+  snapvit-pl extract --scores runs/prune/X/elastic_scores.safetensors --out_dir pruned/ \\
+      --export.budgets '[{sparsity: 0.45}]' --correction.enabled true   # the run's own images race and calibrate
+  snapvit-pl extract --config runs/prune/X/config.yaml --data.init_args.root /mnt/imagenet \\
+      --scores runs/prune/X/elastic_scores.safetensors --out_dir pruned/ --export.budgets '[{params: 0.21}]'"""
+_SECTIONS = ("scores", "out_dir", "overwrite", "progress", "run_data", "verbose", "model", "export", "correction",
+             "data")
 _EXPORT_FIELDS = ("budgets", "latency_batch_size", "latency_device", "latency_table")
 
 
@@ -37,6 +43,11 @@ def build_parser():
     parser.add_argument("--out_dir", type=str, required=True, help="directory receiving one model per budget")
     parser.add_argument("--overwrite", type=bool, default=False, help="replace models already in out_dir")
     parser.add_argument("--progress", type=str, default="auto", help=f"{', '.join(MODES)}")
+    parser.add_argument("--run_data", type=bool, default=True,
+                        help="without --config or --data, take the images of the run that wrote the scores (the data "
+                             "of the config.yaml beside them, when they are the files the run read): a budget's split "
+                             "is raced on them as the run would have, and they calibrate the correction; false: "
+                             "interpolate the split")
     for key, kind in (("model_name", Optional[str]), ("pretrained", Optional[bool]), ("checkpoint_path", Optional[str]),
                       ("model_kwargs", Optional[dict[str, Any]]), ("seed", Optional[int])):
         parser.add_argument(f"--model.{key}", type=kind, default=None,
@@ -64,6 +75,7 @@ def _extract(argv: list[str]) -> int:
     from ..errors import ConfigError
     from ..models import BackboneSpec, load_backbone
     from ..pipeline import DataModuleInputs, Pipeline, PipelineSettings
+    from ..pipeline.resume import CONFIG_FILE
     from ..pipeline.settings import ExportSettings
     from ..models.cost import macs
     from ..pipeline.tables import human
@@ -90,23 +102,32 @@ def _extract(argv: list[str]) -> int:
         export.latency_table = str(out_dir / "latency_table.json")
     settings = PipelineSettings(export=export, correction=CorrectionSettings(**args.correction.as_dict()))
     settings.evaluation.metrics = []
-    if settings.correction.enabled is True and init.data is None:
-        raise ConfigError("--correction.enabled true needs calibration images: give the pruning run's data "
-                          "(--config runs/prune/<run>/config.yaml, or --data.class_path / --data.init_args.*)")
     base = load_backbone(spec)
-    if settings.correction.enabled == "auto":  # where the model computes, and only with the run's data
-        settings.correction.enabled = init.data is not None and settings.correction.active(next(base.parameters()).device)
-    inputs = None
-    if init.data is not None:  # the run's images: calibration, and the fitness that races a budget's split
-        inputs = DataModuleInputs(init.data)
-        init.data.configure_for_model(base)
-    pipeline = Pipeline.from_scores(base, scores, settings, spec=spec, inputs=inputs, progress=args.progress)
-    cost = pipeline.cost
-    guessed = [b.label() for b in pipeline.unrecorded(export.budgets)]
-    if guessed and inputs is None and pipeline.settings.export.split == "fitness":
+    pipeline = Pipeline.from_scores(base, scores, settings, spec=spec, progress=args.progress)
+    correction = pipeline.settings.correction
+    guessed = [b.label() for b in pipeline.unrecorded(export.budgets)] \
+        if pipeline.settings.export.split == "fitness" else []
+    data, why_not = init.data, ""
+    if data is None and (guessed or correction.active(pipeline.device)):
+        data, why_not = _run_data(parser, argv, args, scores, pipeline.settings.search.num_images)
+        if data is not None:
+            print(f"using the run's images ({Path(args.scores).parent / CONFIG_FILE}): "
+                  + ", ".join(filter(None, (guessed and f"racing the head/MLP split of {', '.join(guessed)}",
+                                            correction.active(pipeline.device) and "calibrating the correction"))))
+    if correction.enabled is True and data is None:
+        raise ConfigError(f"--correction.enabled true needs calibration images, and the run's could not be taken "
+                          f"({why_not}): give the pruning run's data (--config runs/prune/<run>/config.yaml, or "
+                          "--data.class_path / --data.init_args.*)")
+    if correction.enabled == "auto":  # where the model computes, and only with the run's data
+        correction.enabled = data is not None and correction.active(pipeline.device)
+    if data is not None:  # the run's images: calibration, and the fitness that races a budget's split
+        data.configure_for_model(base)
+        pipeline.inputs = DataModuleInputs(data)
+    elif guessed:
         print(f"note: the run did not choose the head/MLP split of {', '.join(guessed)}: interpolated between the "
-              "splits it chose; give the run's data (--config runs/prune/<run>/config.yaml) to race it as the run "
-              "would have")
+              f"splits it chose, which can cost accuracy (docs/pruning.md), because {why_not}; give the run's data "
+              "(--config runs/prune/<run>/config.yaml) to race it as the run would have")
+    cost = pipeline.cost
     for item in pipeline.export(models_dir=out_dir, overwrite=args.overwrite, evaluate_dense=False):
         latency = "" if item.latency_ms is None else \
             f", {item.latency_ms:.2f} ms measured ({item.predicted_latency_ms:.2f} predicted)"
@@ -114,3 +135,46 @@ def _extract(argv: list[str]) -> int:
               f"{item.params / cost.dense_params:.1%} params, {item.flops / cost.dense_flops:.1%} FLOPs "
               f"({human(item.flops)} FLOPs = {human(macs(item.flops))} multiply-accumulates){latency}")
     return 0
+
+
+def _run_data(parser: Any, argv: list[str], args: Any, scores: Any, num_images: int) -> tuple[Any, str]:
+    """The DataModule of the run that wrote ``scores`` (the data section of the ``config.yaml`` beside them), or
+    None and why not: ``--run_data false``, a ``--config`` or ``--data`` given, no such file, another run's folder, or
+    images that are not the files the run read (its resume state's fingerprint of the fitness images: the seeded
+    subset of ``num_images``, compared by path, label and content)."""
+    import argparse
+
+    from ..errors import SnapViTError
+    from ..pipeline.resume import CONFIG_FILE, RESUME_FILE, load_resume_state
+    from .common import read_config
+
+    if not args.run_data:
+        return None, "--run_data false"
+    if any(arg in ("--config", "-c") or arg.startswith(("--config=", "--data")) for arg in argv):
+        return None, "the options given name no data"
+    run_dir = Path(args.scores).parent
+    config = run_dir / CONFIG_FILE
+    if not config.is_file() or not (run_dir / RESUME_FILE).is_file():
+        missing = CONFIG_FILE if not config.is_file() else f"{RESUME_FILE} (what the run read)"
+        return None, f"there is no {missing} beside {args.scores}"
+    try:
+        state = load_resume_state(run_dir)
+        if state.get("fingerprint") != scores.fingerprint:
+            return None, f"{config} is another run's (its base weights are not the scores')"
+        recorded = state.get("inputs")
+        section = read_config(config)[1].get("data")
+        if recorded is None or not section:
+            return None, f"the run behind {config} recorded no data it read"
+        given = parser.parse_object({"data": section, "scores": args.scores, "out_dir": str(args.out_dir)})
+        data = parser.instantiate(given, instantiate_groups=False).data
+        current = data.input_fingerprint([num_images])
+    except (SnapViTError, argparse.ArgumentError, OSError, TypeError, ValueError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return None, f"the data of {config} cannot be read here ({reason})"
+    read = {path: (label, sha) for path, label, _, _, sha in recorded["files"]}
+    differ = [path for path, label, _, _, sha in current["files"] if read.get(path) != (label, sha)]
+    if differ or (current["split"], current["listed"]) != (recorded.get("split"), recorded.get("listed")):
+        example = f", e.g. {differ[0]}" if differ else f"; {current['listed']} images listed, {recorded.get('listed')} then"
+        return None, (f"the images {config} names are not those the run read ({len(differ)} of "
+                      f"{len(current['files'])} files differ{example})")
+    return data, ""

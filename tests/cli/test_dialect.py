@@ -135,15 +135,11 @@ def test_extract_takes_a_pruning_runs_config_as_its_help_says(tiny_prune_args, t
                          "--out_dir", str(tmp_path / "cut"), "--export.budgets=[{sparsity: 0.45}]"]) == 0
     assert (tmp_path / "cut" / "sparsity0.45").is_dir() and "sparsity0.45" in capsys.readouterr().out
     # with the run's data the split the run did not choose is raced as the run would have (issue 55): the same as
-    # asking prune.py for it; without its data, interpolated, and the command says so
+    # asking prune.py for it (without --config, the run's own images: tests/cli/test_extract.py)
     assert prune_main([*tiny_prune_args, "--data.init_args.max_samples=32", "--search.max_evaluations=0",
                        "--out_dir", str(tmp_path / "asked"), "--export.budgets=[{sparsity: 0.45}]"]) == 0
     asked = load_pruned(tmp_path / "asked" / "models" / "sparsity0.45")[1]["extra"]["requested_head_ratio"]
     assert load_pruned(tmp_path / "cut" / "sparsity0.45")[1]["extra"]["requested_head_ratio"] == pytest.approx(asked)
-    capsys.readouterr()
-    assert extract_main(["--scores", str(run / "elastic_scores.safetensors"), "--out_dir", str(tmp_path / "plain"),
-                         "--progress=off", "--export.budgets=[{sparsity: 0.45}]"]) == 0
-    assert "note: the run did not choose the head/MLP split of sparsity0.45: interpolated" in capsys.readouterr().out
     bad = tmp_path / "extract.yaml"  # an extract config of its own still may not hold keys extract has not
     bad.write_text("export:\n  split: fitness\n")
     assert extract_main(["--config", str(bad), "--scores", "s", "--out_dir", str(tmp_path / "x")]) == 2

@@ -15,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from images import gray_image_folder
 from run_helpers import digests as _digests, env as _env, in_search as _in_search, wait_for as _wait_for
 from snapvit_pl.pipeline.resume import RESUME_FILE
 
@@ -192,18 +193,6 @@ FOLDER_ARGS = [a for a in ARGS if not a.startswith(("--data.init_args.max_sample
     "--search.batch_size=32"]
 
 
-def _image_folder(root: Path) -> Path:
-    """root/{train,val}/{c0,c1}: 24 + 4 random 28x28 grayscale PNGs per class."""
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 24), ("val", 4)):
-        for c in range(2):
-            (root / split / f"c{c}").mkdir(parents=True)
-            for i in range(count):
-                Image.fromarray(rng.integers(0, 255, (28, 28), dtype=np.uint8) // (c + 1)).save(
-                    root / split / f"c{c}" / f"{i}.png")
-    return root
-
-
 def _files(run: Path) -> dict[str, str]:
     """sha256 of every file of a run directory (its lock aside: a resume takes and releases it)."""
     return {str(f.relative_to(run)): hashlib.sha256(f.read_bytes()).hexdigest()
@@ -211,7 +200,7 @@ def _files(run: Path) -> dict[str, str]:
 
 
 def test_a_resume_on_other_images_is_refused_and_one_after_unrelated_changes_is_not(tmp_path):
-    data = _image_folder(tmp_path / "data")
+    data = gray_image_folder(tmp_path / "data")
     args = [*FOLDER_ARGS, f"--data.init_args.root={data}"]
     reference = tmp_path / "reference"
     done = _prune("--out_dir", str(reference), *args)

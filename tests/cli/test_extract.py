@@ -1,0 +1,87 @@
+"""``snapvit-pl extract`` takes the images of the run that wrote the scores (issue 55): a budget the run did not
+record is raced on them as asking prune.py for it would have, without ``--config``; only when they are the files the
+run read, and the command says why it interpolates when they are not."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+from images import gray_image_folder
+from PIL import Image
+from safetensors.torch import load_file
+
+from snapvit_pl.cli.extract import main as extract_main
+from snapvit_pl.cli.prune import prune_main
+from snapvit_pl.models import load_pruned
+
+
+@pytest.fixture
+def folder_run(tiny_prune_args, tmp_path):
+    """A run on a folder of images asked for sparsity 0.4, and the arguments that ran it (without budget and folder)."""
+    data = gray_image_folder(tmp_path / "data")
+    args = [a for a in tiny_prune_args if not a.startswith(("--export.budgets", "--out_dir", "--data.init_args.max"))
+            and a != str(tmp_path / "run")] + [
+        "--data.init_args.source=folder", f"--data.init_args.root={data}", "--data.init_args.max_samples=32",
+        "--search.max_evaluations=0", "--evaluation.metrics=[]"]
+    assert prune_main([*args, "--out_dir", str(tmp_path / "run"), "--export.budgets=[{sparsity: 0.4}]"]) == 0
+    return tmp_path / "run", data, args
+
+
+def _extract(run: Path, out: Path, *more: str) -> int:
+    return extract_main(["--scores", str(run / "elastic_scores.safetensors"), "--out_dir", str(out), "--progress=off",
+                         "--export.budgets=[{sparsity: 0.45}]", *more])
+
+
+def _weights(folder: Path) -> dict:
+    return load_file(folder / "model.safetensors")
+
+
+def test_a_later_budget_is_raced_on_the_runs_own_images_and_only_on_those(folder_run, tmp_path, capsys):
+    run, data, args = folder_run
+    assert prune_main([*args, "--out_dir", str(tmp_path / "asked"), "--export.budgets=[{sparsity: 0.45}]"]) == 0
+    asked = _weights(tmp_path / "asked" / "models" / "sparsity0.45")
+    capsys.readouterr()
+    # no --config: the run's config.yaml beside the scores names its images, the files it read: the model prune.py
+    # cuts when asked for the budget, to the bit
+    assert _extract(run, tmp_path / "cut") == 0
+    assert f"using the run's images ({run / 'config.yaml'}): racing the head/MLP split of sparsity0.45" in \
+        capsys.readouterr().out
+    cut = _weights(tmp_path / "cut" / "sparsity0.45")
+    assert cut.keys() == asked.keys() and all(np.array_equal(cut[k].numpy(), asked[k].numpy()) for k in asked)
+
+    def interpolated(out: str, *more: str) -> tuple[str, float]:
+        assert _extract(run, tmp_path / out, *more) == 0
+        (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+        assert note.startswith("note: the run did not choose the head/MLP split of sparsity0.45: interpolated")
+        return note, load_pruned(tmp_path / out / "sparsity0.45")[1]["extra"]["requested_head_ratio"]
+
+    note, ratio = interpolated("plain", "--run_data=false")
+    assert "because --run_data false;" in note
+    raced = load_pruned(tmp_path / "cut" / "sparsity0.45")[1]["extra"]["requested_head_ratio"]
+    assert ratio != pytest.approx(raced)  # (the interpolation misses the raced split here: the race is what matters)
+    # every training image the run read replaced: refused as the race's images, interpolated as without them
+    noise = np.random.default_rng(1)
+    for path in sorted((data / "train").rglob("*.png")):
+        Image.fromarray(noise.integers(0, 255, (28, 28), dtype=np.uint8)).save(path)
+    note, changed = interpolated("changed")
+    assert f"because the images {run / 'config.yaml'} names are not those the run read (32 of 32 files differ, " \
+           f"e.g. {data / 'train'}" in note and changed == pytest.approx(ratio)
+    (run / "resume_state.pt").unlink()  # what the run read is no longer recorded: nothing to compare with
+    note, _ = interpolated("unrecorded")
+    assert f"because there is no resume_state.pt (what the run read) beside {run / 'elastic_scores.safetensors'}" in note
+
+
+def test_the_correction_calibrates_on_the_runs_images_or_says_why_it_cannot(folder_run, tmp_path, capsys):
+    run, data, _ = folder_run
+    assert _extract(run, tmp_path / "cut", "--correction.enabled=true", "--correction.num_samples=16") == 0
+    assert "racing the head/MLP split of sparsity0.45, calibrating the correction" in capsys.readouterr().out
+    assert _extract(run, tmp_path / "plain") == 0  # the same split, raced on the same images, not corrected
+    corrected, plain = _weights(tmp_path / "cut" / "sparsity0.45"), _weights(tmp_path / "plain" / "sparsity0.45")
+    assert {k: v.shape for k, v in corrected.items()} == {k: v.shape for k, v in plain.items()}
+    assert not np.array_equal(corrected["blocks.0.attn.proj.weight"].numpy(), plain["blocks.0.attn.proj.weight"].numpy())
+    data.rename(tmp_path / "moved")
+    capsys.readouterr()
+    assert _extract(run, tmp_path / "nowhere", "--correction.enabled=true") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --correction.enabled true needs calibration images, and the run's could not be "
+                          f"taken (the data of {run / 'config.yaml'} cannot be read here (") and err.count("\n") == 1
+    assert not (tmp_path / "nowhere").exists()
