@@ -526,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         report["start_up"] = start_up(log)
     report["machine"] = machine_info()
     prefix = Path(args.out) if args.out else RESULTS / ("stage_floors_tiny" if args.tiny else "stage_floors")
-    write_results(prefix, report, markdown, args)
+    write_results(prefix, report, markdown, args,
+                  subprocesses=True)  # prune.py ran in processes of its own (its start-up, its runs): all the code counts
     log(f"wrote {prefix}.json/.md")
     return 0
 
