@@ -107,7 +107,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                       flush=True)
                 rows.append(row)
     out = Path(args.out) if args.out else RESULTS / ("correction_cost_tiny" if args.tiny else "correction_cost")
-    write_results(out, {"rows": rows, "machine": machine_info()}, markdown, args)
+    write_results(out, {"rows": rows, "machine": machine_info()}, markdown, args,
+                  subprocesses=True)  # each measurement ran in a process of its own
     return 0
 
 

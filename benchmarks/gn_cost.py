@@ -124,7 +124,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.tiny:
         print(markdown(report))
         return 0
-    write_results(RESULTS / "gn_cost", report, markdown, args)
+    write_results(RESULTS / "gn_cost", report, markdown, args,
+                  subprocesses=True)  # each measurement ran in a process of its own
     return 0
 
 

@@ -314,3 +314,23 @@ def test_a_behaviour_file_is_current_only_while_a_pair_of_records_vouches_for_it
     vouched = provenance.status(results / "accuracy.json")
     assert vouched.stale is False and vouched.vouched_by == "then.json = now.json"
     assert provenance.status(results / "timing.json").stale
+
+
+def test_a_benchmark_that_starts_the_project_in_other_processes_records_all_of_it():
+    """Their imports are invisible to the benchmark's process (``prune.py``'s start-up read ``cli/help.py`` that
+    ``stage_floors.py`` never imported): every script that runs ``sys.executable`` writes with ``subprocesses=True``."""
+    import ast
+
+    checked = []
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        tree = ast.parse(script.read_text())
+        names = {ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        if "sys.executable" not in names:
+            continue
+        calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and ast.unparse(node.func).endswith("write_results")]
+        flagged = [any(k.arg == "subprocesses" and ast.unparse(k.value) == "True" for k in call.keywords)
+                   for call in calls]
+        assert calls and all(flagged), f"{script.name}: write_results(..., subprocesses=True)"
+        checked.append(script.name)
+    assert {"readme_walkthrough.py", "quick_cpu.py", "stage_floors.py"} <= set(checked)
