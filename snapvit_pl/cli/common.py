@@ -315,6 +315,23 @@ def _yaml_text(value: str) -> bool:
     return value.lstrip().startswith(("{", "\n")) or ":" in value
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a value the system cannot take as a path (too long, a NUL byte)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def names_file(value: str) -> bool:
+    """Whether a ``--config`` value is the path of an existing file: YAML text never is, nor a value the system
+    cannot take as a path (too long, a NUL byte), which ``Path.is_file`` would raise on."""
+    try:
+        return not _yaml_text(value) and Path(value).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_config(value: str, kind: str = "prune") -> str:
     """The file a ``--config`` value names, the one place such a value is turned into a path: a path as given
     when it exists (or YAML text, unchanged); a relative path missing from the working directory that the shipped
@@ -328,9 +345,9 @@ def resolve_config(value: str, kind: str = "prune") -> str:
     path = Path(value)
     if not _yaml_text(value) and special_file(path) is not None:  # reading it could wait for ever
         raise ConfigError(f"--config {value} is {special_file(path)}, not a file; give a YAML file")
-    if _yaml_text(value) or path.exists():
+    if _yaml_text(value) or names_file(value) or _exists(path):
         return value
-    if not path.is_absolute() and (DATA_ROOT / path).is_file():
+    if not path.is_absolute() and names_file(str(DATA_ROOT / path)):
         return str(DATA_ROOT / path)
     named = presets(kind)
     name = path.stem if path.suffix in (".yaml", ".yml") else path.name
@@ -359,7 +376,7 @@ def config_label(value: str) -> str:
     """How a resolved ``--config`` value is shown: a shipped preset as ``configs/<kind>/<name>.yaml``."""
     path = Path(value)
     try:
-        return str(path.resolve().relative_to(DATA_ROOT)) if path.is_file() else value
+        return str(path.resolve().relative_to(DATA_ROOT)) if names_file(value) else value
     except ValueError:
         return value
 
@@ -374,9 +391,9 @@ def check_config_files(argv: Sequence[str], kind: str = "prune") -> None:
         if value is None:
             continue
         value = resolve_config(value, kind)
-        if Path(value).is_file():
+        if names_file(value):
             config_layers(value)
-        elif Path(value).exists():
+        elif not _yaml_text(value) and _exists(Path(value)):
             raise ConfigError(f"--config {value} is a directory, not a file; give a YAML file")
 
 
@@ -571,7 +588,7 @@ def layered(action_class: type) -> type:
     class LayeredConfigFile(action_class):
         def __call__(self, parser, cfg, values, option_string=None):
             path = Path(str(values))
-            if _yaml_text(str(values)) or not path.is_file() or BASE_KEY not in read_config(path)[1]:
+            if not names_file(str(values)) or BASE_KEY not in read_config(path)[1]:
                 return super().__call__(parser, cfg, values, option_string)
             for _, data in config_layers(path):
                 if data:
@@ -602,7 +619,7 @@ def config_action(sections: Iterable[str]):
             text = None
             values = resolve_config(str(values))
             path = Path(values)
-            if path.is_file():
+            if names_file(values):
                 text, data = read_config(path)
             else:
                 try:

@@ -99,10 +99,9 @@ def split_options(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, Any]]
 
 def config_file_values(config: str) -> dict[str, Any]:
     """The flattened settings of one ``--config`` value (a YAML file, or YAML text)."""
-    from .common import merged_config
+    from .common import merged_config, names_file
 
-    path = Path(config)
-    data = merged_config(path) if path.is_file() else _yaml(config)  # a file with the files it extends (base:)
+    data = merged_config(Path(config)) if names_file(config) else _yaml(config)  # a file with the files it extends (base:)
     return flatten(data) if isinstance(data, dict) else {}
 
 

@@ -17,14 +17,15 @@ What it costs (``benchmarks/results/split_choice.md`` measures it against trying
   still win; candidates with the same kept units are evaluated once;
 - a budget asked for races its whole window of ``split_candidates`` head ratios from ``export.split_images`` images,
   settled as trying every candidate on every image would settle it;
-  a grid point (a split recorded for later budgets) races its whole window from ``MIN_IMAGES`` images, and a near tie
-  there need not be settled: a candidate leaves once the leader is at most :data:`GRID_INDIFFERENCE` of its drift
-  worse than it (at the race's confidence), and the race ends at ``export.split_images`` images (the least drift on
-  them wins);
-- where the scores are the per-unit output sensitivity, a grid point starts from the split chosen nearest to it and
-  follows the first-order estimate of the drift (half the removed units' scores) down to its minimum; where that
-  estimate is below :data:`FIRST_ORDER_DRIFT`, the first-order choice only has to lead its two neighbours on
-  ``MIN_IMAGES`` images (else the whole window is raced);
+- a grid point (a split recorded for later budgets) races only near where the best split should be: the split
+  nearest the offset from the schedule chosen for the nearest budget asked for, and the nearest distinct split on
+  each side, from ``MIN_IMAGES`` images; while the winner has a neighbour not raced yet, that neighbour enters (a
+  descent of the drift across the window). A near tie there need not be settled: a candidate leaves once the
+  leader is at most :data:`GRID_INDIFFERENCE` of its drift worse than it (at the race's confidence), and the race
+  ends at :data:`GRID_IMAGES` images (the least drift on them wins);
+- where the scores are the per-unit output sensitivity, a grid point starts from the minimum of the first-order
+  estimate of the drift (half the removed units' scores) found from there; where that estimate is below
+  :data:`FIRST_ORDER_DRIFT`, the first-order choice wins once it leads its two neighbours on ``MIN_IMAGES`` images;
 - the races of a round run side by side, their evaluations shared across DDP ranks.
 """
 from __future__ import annotations
@@ -54,6 +55,10 @@ FIRST_ORDER_DRIFT = 0.01
 #: between grid points, and settling its near ties to the last image took over half of the grid's forwards
 #: (benchmarks/results/split_choice.md measures the choices against the exhaustive ones).
 GRID_INDIFFERENCE = 0.05
+#: A grid point's race ends once its candidates have seen this many fitness images (two rounds), the least drift on
+#: them winning: measured to leave the splits budgets cut later take unchanged while it cut the grid's forwards
+#: (benchmarks/results/later_budgets.md).
+GRID_IMAGES = 2 * MIN_IMAGES
 
 
 @dataclass
@@ -251,8 +256,7 @@ def choose_splits(
         grid_indifference: the grid points' indifference zone (:data:`GRID_INDIFFERENCE`; 0: their near ties settled
             to the last image, as the budgets asked for).
         grid_images: a grid point's race ends once its candidates have seen this many fitness images, the least drift
-            on them winning (default ``export.split_images``, a budget asked for's first round; the number of fitness
-            images: every near tie settled).
+            on them winning (default :data:`GRID_IMAGES`; the number of fitness images: every near tie settled).
 
     Returns:
         the choices, in the order of :func:`split_points`; ``SplitTable`` of them: :func:`split_table`.
@@ -315,34 +319,35 @@ def choose_splits(
                 raise PruningSpecError(f"no head ratio of {point.ratios} meets the budget {point.label}: raise the "
                                        "budget or lower the keep ratios")
         raced(asked)
-        # 2. the grid: every candidate raced from a few images, or the first-order choice (from the nearest choice
-        #    made, down the first-order estimate) confirmed against its neighbours where that estimate is valid
+        # 2. the grid, its races side by side: each point races the split nearest the offset from the
+        #    schedule chosen nearest it (or, where the first-order estimate is valid, that estimate's minimum from
+        #    there) and the nearest distinct split on each side; while the winner has an unraced neighbour, that
+        #    neighbour enters (a descent of the drift across the window, raced)
         first_order = first_order_valid(scores)
         grid: dict[_Point, Race] = {}
-        last_images = export.split_images if grid_images is None else grid_images
+        last_images = GRID_IMAGES if grid_images is None else grid_images
         by_index = {p.index: p for p in points}
         for point in sorted((p for p in points if not p.requested), key=lambda p: -p.keep):
             start = point.nearest(point.schedule + _offset(point, [by_index[i] for i in choices], choices))
             if start < 0:
                 bar.update()
                 continue  # no head ratio of the window meets this grid point
+            favourite = None
             if first_order:
                 start, estimates = _first_order_descent(point, start, heads, neurons)
                 if estimates[start] < FIRST_ORDER_DRIFT:
-                    grid[point] = Race([point.candidate(p).entrant for p in point.around(start)], MIN_IMAGES,
-                                       point.candidate(start).entrant, grid_indifference, last_images)
-                    continue
-            grid[point] = Race([c.entrant for c in point.feasible(range(len(point.ratios)))], MIN_IMAGES,
-                               indifference=grid_indifference, last_images=last_images)
+                    favourite = point.candidate(start).entrant
+            grid[point] = Race([point.candidate(p).entrant for p in point.around(start)], MIN_IMAGES, favourite,
+                               grid_indifference, last_images)
+        owner = {race: point for point, race in grid.items()}
 
-        def rest_of_window(race: Race) -> list[Entrant]:
-            """A first-order choice that did not lead its first round: the race goes on over the whole window."""
-            if race.favourite is None or race.winner.key == race.favourite.key:
-                return []
-            point = next(p for p, r in grid.items() if r is race)
-            return [c.entrant for c in point.feasible(range(len(point.ratios)))]
+        def next_downhill(race: Race) -> list[Entrant]:
+            """The winner's nearest distinct neighbours not raced yet (none: the race stays decided)."""
+            point, raced_keys = owner[race], {e.key for e in race.entrants}
+            found = [point.beyond(race.winner.label, step, {race.winner.key}) for step in (-1, 1)]
+            return [c.entrant for c in found if c is not None and c.entrant.key not in raced_keys]
 
-        raced(grid, rest_of_window)
+        raced(grid, next_downhill)
     return [choices[p.index] for p in points if p.index in choices]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from snapvit_pl.cli.help import load_options
+from snapvit_pl.errors import ConfigError
 from snapvit_pl.cli.preflight import check_option_names, settings_in_effect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +45,23 @@ def test_a_missing_data_root_without_network_is_one_line_before_any_hub_access(t
 def test_typos_and_missing_files_are_refused_before_torch(tmp_path, args, message):
     result, _ = _prune(args, tmp_path)
     assert result.stdout.split() == ["2", "False"] and result.stderr.startswith(message), result.stderr[-2000:]
+
+
+def test_a_config_given_as_yaml_text_longer_than_a_file_name_is_read_as_yaml(tmp_path):
+    """``--config '<inline YAML>'`` longer than the system's file-name limit was taken for a path and failed with
+    ``File name too long``; it is YAML text, read by the early checks and by the parser alike."""
+    text = "{search: {num_images: 8, seed: 3}, report: {print_table: false}, " + " " * 300 + "}"
+    assert settings_in_effect(["--config", text])["search.num_images"] == 8
+    result, _ = _prune(["--config", text, "--search.max_evaluationz=3"], tmp_path)  # read, then the typo refused
+    assert result.stdout.split() == ["2", "False"] and result.stderr.startswith(
+        "error: --search.max_evaluationz: no such option"), result.stderr[-2000:]
+    from snapvit_pl.cli.common import resolve_config
+
+    with pytest.raises(ConfigError, match="no such file or preset"):  # a bare name too long for a path: no crash
+        resolve_config("x" * 300)
+    printed = subprocess.run([sys.executable, "-c", RUN, "--config", text, "--print_config"], capture_output=True,
+                             text=True, cwd=tmp_path)
+    assert "num_images: 8" in printed.stdout and "seed: 3" in printed.stdout, printed.stderr[-2000:]
 
 
 def test_every_shipped_config_passes_the_early_checks():
