@@ -62,12 +62,15 @@ def run(models: list[str], seeds: list[int], run_budgets: list[float], later: li
             images = fitness_images(setup, shared)
             asked = [Budget(params=k) for k in run_budgets]
             started = time.perf_counter()
-            choose_splits(setup.model, images, scores, asked, setup.search, replace(setup.export, split_grid=0), cost)
+            alone = choose_splits(setup.model, images, scores, asked, setup.search, replace(setup.export, split_grid=0),
+                                  cost)
             alone_s = time.perf_counter() - started
             started = time.perf_counter()
             run_choices = choose_splits(setup.model, images, scores, asked, setup.search, setup.export, cost)
             grid_s = time.perf_counter() - started
-            costs.append({"model": model_name, "seed": seed, "asked_alone_s": alone_s, "with_grid_s": grid_s})
+            costs.append({"model": model_name, "seed": seed, "asked_alone_s": alone_s, "with_grid_s": grid_s,
+                          "asked_alone_flops": raced_flops(alone, scores, cost),
+                          "with_grid_flops": raced_flops(run_choices, scores, cost)})
             run_table = split_table(run_choices)
             fitness = EmbeddingFitness(setup.model, images, scores, setup.search, pairs=[(0.0, 0.0)])
             for keep in later:
@@ -93,6 +96,14 @@ def run(models: list[str], seeds: list[int], run_budgets: list[float], later: li
              "metric": min((k for k, d in worst["points"].items() if d is not None), key=worst["points"].get)}
     return {"rows": rows, "groups": groups, "worst": worst, "split_costs": costs, "run_budgets": run_budgets,
             "later": later, "split_grid": setup.export.split_grid, "machine": machine_info()}
+
+
+def raced_flops(choices: list, scores: Any, cost: CostModel) -> float:
+    """The forwards the splits' races made, in dense forwards: each raced candidate's fitness images times its kept
+    FLOPs fraction (a sub-network two points share counted at each; the cost where forwards are compute-bound, as on
+    ViT-B-sized models, while these small models' forwards of 16-128 images also pay a fixed cost per call)."""
+    return sum(n * cost.flops(scores.subnet(Budget(mlp_ratio=m, head_ratio=h), cost)[0]) / cost.dense_flops
+               for choice in choices for (h, m, _), n in zip(choice.candidates, choice.images))
 
 
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -141,11 +152,15 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", f"Of {total} later cuts, {same} keep as many heads as the cut asked for up front; of the other "
               f"{total - same}, {lower} drift less than it on the fitness images (the up-front race only tries head "
               "ratios spaced by `export.split_step`, the interpolation lands between them)."]
-    lines += ["", "Split time of the run: its asked budgets alone against the same with the grid (seconds).", "",
-              "| model | seed | asked alone | with the grid | ratio |", "|---|---:|---:|---:|---:|"]
+    lines += ["", "Split cost of the run: its asked budgets alone against the same with the grid, in seconds and in "
+              "the races' forwards (dense-forward equivalents: each raced candidate's images times its kept FLOPs "
+              "fraction).", "",
+              "| model | seed | asked alone (s) | with the grid (s) | ratio | asked alone (forwards) | with the grid "
+              "(forwards) | ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for c in report["split_costs"]:
         lines.append(f"| {c['model']} | {c['seed']} | {c['asked_alone_s']:.1f} | {c['with_grid_s']:.1f} | "
-                     f"{c['with_grid_s'] / max(c['asked_alone_s'], 1e-9):.2f}x |")
+                     f"{c['with_grid_s'] / max(c['asked_alone_s'], 1e-9):.2f}x | {c['asked_alone_flops']:.0f} | "
+                     f"{c['with_grid_flops']:.0f} | {c['with_grid_flops'] / max(c['asked_alone_flops'], 1e-9):.2f}x |")
     return "\n".join(lines) + "\n"
 
 
