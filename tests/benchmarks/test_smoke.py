@@ -94,6 +94,11 @@ def test_split_choice_tiny_compares_the_raced_choice_with_the_exhaustive_one(tmp
     assert entry["grid_images_over_asked"] == pytest.approx(images["grid"] / images["asked"], abs=1e-3)
     assert 0 <= report["summary"]["grid_images_to_the_end"] <= 1
     assert 1 < entry["grid_over_asked_flops"] == report["summary"]["grid_over_asked_flops"]["max"]
+    summary = report["summary"]  # the budgets asked for and the grid points counted apart
+    assert summary["asked_points"] + summary["grid_points"] == summary["points"] == len(entry["points"])
+    assert summary["asked_same"] + summary["grid_same"] == summary["same"]
+    assert 0 < summary["grid_local"] <= summary["grid_points"] and all(
+        isinstance(p["local_minimum"], bool) for p in entry["points"])
     assert (tmp_path / "splits.md").read_text().startswith("# Split choice")
 
 
