@@ -222,4 +222,5 @@ def test_later_budgets_quick_cuts_each_budget_both_ways_and_measures_their_drift
     assert "| clutter | 23% |" in markdown and f"Of {len(report['rows'])} later cuts" in markdown
     (cost,) = report["split_costs"]  # the grid's cost: the races' forwards with it over those of the asked alone
     assert cost["with_grid_flops"] > cost["asked_alone_flops"] > 0 and cost["with_grid_cpu_s"] > 0
-    assert report["grid_cost"]["forwards"]["min"] == pytest.approx(cost["with_grid_flops"] / cost["asked_alone_flops"])
+    assert report["grid_cost"]["forwards"]["min"] == pytest.approx(cost["with_grid_flops"] / cost["asked_alone_flops"],
+                                                                   abs=1e-3)
