@@ -37,8 +37,9 @@ ARGS = [*TINY_RUN, "--evaluation.metrics=[]", "--report.print_table=false", "--p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pair", range(3))
-def test_two_runs_started_together_on_one_new_folder_one_runs_the_other_is_refused_in_one_line(tmp_path, pair):
+def test_two_runs_started_together_on_one_new_folder_one_runs_the_other_is_refused_in_one_line(tmp_path):
+    """prune.py takes its folder through the library's run-folder policy: the race itself is repeated where that
+    policy is tested (tests/pipeline/test_rundir.py); here, once, what the command line prints for the loser."""
     run = tmp_path / "run"
     results: list = [None, None]
     start = threading.Barrier(2)

@@ -127,6 +127,8 @@ RACE = textwrap.dedent("""
 
 
 @pytest.mark.slow
+# Three times (a race shows only sometimes). prune.py and a composed Trainer reach this same policy and race once
+# each (tests/cli/test_run_folder.py, tests/lightning/test_composition.py).
 @pytest.mark.parametrize("pair", range(3))
 def test_two_pipelines_started_together_on_one_new_folder_one_runs_the_other_is_refused(tmp_path, pair):
     run = tmp_path / "run"
