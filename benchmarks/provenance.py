@@ -15,6 +15,7 @@ numbers: ``benchmarks/behaviour.py``); a timing is stale on any change to the co
 decision (``research/``) may age if the documents quoting it name the commit it measured (:func:`dated_where_quoted`).
 
     python benchmarks/provenance.py            # the table: file, recorded commit, stale or not
+    python benchmarks/provenance.py --commands # the commands that measure every stale quoted file again (a script)
     python benchmarks/provenance.py --backfill # once: files written before provenance was recorded get the
                                                # commit that wrote them (from git), marked "recorded: git"
 """
@@ -240,10 +241,10 @@ def quoted_files() -> set[Path]:
     return quoted
 
 
-def sections_naming(text: str, name: str) -> list[str]:
-    """The sections of a Markdown document (from one heading to the next) that name ``name``."""
+def sections_naming(text: str, names: set[str]) -> list[str]:
+    """The sections of a Markdown document (from one heading to the next) that name any of ``names``."""
     parts = re.split(r"(?m)^(?=#{1,6} )", text)
-    return [part for part in parts if name in part]
+    return [part for part in parts if any(name in part for name in names)]
 
 
 def dated_where_quoted(path: Path, commit: str, documents: list[Path]) -> bool:
@@ -254,7 +255,11 @@ def dated_where_quoted(path: Path, commit: str, documents: list[Path]) -> bool:
     if not name.startswith(RECORDS):
         return False
     stamp = f"commit {commit[:12]}"
-    quoting = [sections_naming(doc.read_text(), name.removeprefix("benchmarks/results/")) for doc in documents]
+    # the record as a document names it: itself, or its twin of the other format (one run writes both; a claim's
+    # source is the JSON, the prose links the Markdown)
+    names = {str(Path(name).with_suffix(suffix)).removeprefix("benchmarks/results/") for suffix in (".json", ".md")}
+    names.add(name.removeprefix("benchmarks/results/"))
+    quoting = [sections_naming(doc.read_text(), names) for doc in documents]
     quoting = [sections for sections in quoting if sections]
     return bool(quoting) and all(stamp in section for sections in quoting for section in sections)
 
@@ -292,11 +297,42 @@ def backfill(path: Path) -> bool:
     return True
 
 
+def commands_for(paths: list[Path]) -> list[tuple[str, list[Path]]]:
+    """The commands that wrote ``paths`` (as their provenance records them), each once and in the order first met,
+    with the files each wrote: running them again measures those files again."""
+    found: dict[str, list[Path]] = {}
+    for path in paths:
+        for record in records(path):
+            if record is not None:
+                written = found.setdefault(record["command"], [])
+                if path not in written:
+                    written.append(path)
+    return list(found.items())
+
+
+def to_measure_again() -> list[Path]:
+    """The quoted results files older than their code (what the test suite fails for), records of past decisions
+    quoted with their commit left out."""
+    quoted, docs = quoted_files(), documents()
+    return [path for path in results_files() if path in quoted and (s := status(path)).stale
+            and not dated_where_quoted(path, s.commit, docs)]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backfill", action="store_true", help="record the writing commit (from git) in every "
                         "results file without provenance, then show the table")
+    parser.add_argument("--commands", action="store_true", help="print, as a shell script, the commands that measure "
+                        "every stale quoted results file again (each once; a comment names the files it writes)")
     args = parser.parse_args(argv)
+    if args.commands:
+        print("# The quoted results files older than their code, measured again (from the repository's root). First\n"
+              "# `python benchmarks/behaviour.py` (a change that computes the same numbers keeps the behaviour files\n"
+              "# current: they leave this list); a --merge command merges earlier runs, measure those first. Timings\n"
+              "# compare only when run one or two at a time on an otherwise idle machine (docs/development.md).")
+        for command, paths in commands_for(to_measure_again()):
+            print(f"# for {', '.join(str(p.relative_to(ROOT)) for p in paths)}\n{command}")
+        return 0
     if args.backfill:
         for path in results_files():
             if backfill(path):

@@ -185,6 +185,31 @@ def test_a_record_of_a_past_decision_may_age_only_quoted_with_its_commit(tmp_pat
                    "Quoted again without its commit: `research/old.md`.\n")
     assert not dated_where_quoted(record, commit, [doc])
     assert not dated_where_quoted(record, commit, [tmp_path / "doc.md"][:0])  # quoted nowhere: nothing to date
+    # a claim's source is the record's JSON, the prose names its Markdown twin (one run wrote both): dated there
+    doc.write_text("# A\n\nThe decision ([old.md](results/research/old.md), commit 0123456789ab).\n")
+    assert dated_where_quoted(record.with_suffix(".json"), commit, [doc])
+    assert not dated_where_quoted(record.with_name("old_other.json"), commit, [doc])
+    doc.write_text("# A\n\nThe decision ([old.md](results/research/old.md)).\n")
+    assert not dated_where_quoted(record.with_suffix(".json"), commit, [doc])
+
+
+def test_the_commands_to_measure_again_are_each_run_once_with_the_files_they_write(tmp_path, capsys, monkeypatch):
+    from benchmarks import provenance
+
+    def results(name: str, command: str) -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps({"provenance": {"commit": "0" * 40, "command": command, "recorded": "run"}}))
+        return path
+
+    a, b, c = results("a.json", "python benchmarks/a.py --x 1"), results("b.json", "python benchmarks/b.py"), \
+        results("a_more.json", "python benchmarks/a.py --x 1")
+    assert provenance.commands_for([a, b, c, a]) == [("python benchmarks/a.py --x 1", [a, c]),
+                                                      ("python benchmarks/b.py", [b])]
+    monkeypatch.setattr(provenance, "ROOT", tmp_path)
+    monkeypatch.setattr(provenance, "to_measure_again", lambda: [b, a])
+    assert provenance.main(["--commands"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("# ") or "for " in line]
+    assert lines == ["# for b.json", "python benchmarks/b.py", "# for a.json", "python benchmarks/a.py --x 1"]
 
 
 def test_behaviour_records_vouch_for_a_behaviour_file_whose_code_changed_without_changing_what_it_computes(tmp_path):
