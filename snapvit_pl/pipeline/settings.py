@@ -87,7 +87,8 @@ class ExportSettings:
             ``head_ratio = mlp_ratio - 0.15``. Ratio pairs fix their own split.
         split_candidates: head ratios tried per budget with ``split: fitness``.
         split_step: spacing of those head ratios.
-        split_grid: spacing of the grid of kept parameter and FLOPs fractions (0: only the budgets asked for).
+        split_grid: spacing of the grid of kept parameter and FLOPs fractions (twice that above one half; 0: only the
+            budgets asked for).
         split_images: fitness images every candidate split of a budget asked for is raced on first; the candidates
             that may still win go on to twice as many, up to all of them (``search.num_images`` or more: every
             candidate on every image). A grid point races from 16 images to at most 32

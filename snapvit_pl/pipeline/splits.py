@@ -7,7 +7,7 @@ budget for each, and keeps the split whose sub-network's embeddings drift least 
 model's (the search's label-free fitness, on the same images).
 
 The choice is made for every budget a run asks for and for a grid of kept parameter and FLOPs
-fractions, and recorded in the elastic scores (:class:`snapvit_pl.elastic.SplitTable`): any budget
+fractions (every ``export.split_grid`` from one half of the dense cost down, every other one above it), and recorded in the elastic scores (:class:`snapvit_pl.elastic.SplitTable`): any budget
 cut later (``scores.extract(model, flops=0.45)``, ``python -m snapvit_pl.extract``) takes the head
 ratio recorded for its kept fraction, or interpolated between the two nearest.
 
@@ -97,6 +97,11 @@ def split_candidates(center: float, count: int, step: float, max_head: float) ->
     return sorted(values)
 
 
+#: Above this kept fraction the grid keeps every other point (``1 - grid, 1 - 3 grid, ...``): the splits chosen there
+#: change little from point to point (interpolating them loses next to nothing), and their sub-networks are the
+#: costliest to race (benchmarks/results/later_budgets.md measures both).
+GRID_COARSE_ABOVE = 0.5
+
 #: The grid's deepest point lies this far (a fraction of the dense cost) above the deepest cut the keep ratios allow.
 DEEP_END_MARGIN = 0.01
 
@@ -114,7 +119,7 @@ def split_points(budgets: Sequence[Budget], cost: CostModel, grid: float,
                  deepest: Optional[dict[str, float]] = None) -> list[tuple[str, str, float, bool]]:
     """``(label, metric, keep, requested)`` of every budget to split: the cost budgets asked for (latency budgets
     and ratio pairs excluded), then a grid of kept params and FLOPs fractions ``1 - grid, 1 - 2 grid, ...``
-    (``grid`` 0: none) and, with ``deepest`` (:func:`deepest_keep`), a point :data:`DEEP_END_MARGIN` above the
+    (``grid`` 0: none; above :data:`GRID_COARSE_ABOVE` only ``1 - grid, 1 - 3 grid, ...``) and, with ``deepest`` (:func:`deepest_keep`), a point :data:`DEEP_END_MARGIN` above the
     deepest cut of each metric, so that a budget cut later between the last grid point and that cut is interpolated
     rather than given the last grid point's split; each point once."""
     points: list[tuple[str, str, float, bool]] = []
@@ -130,6 +135,8 @@ def split_points(budgets: Sequence[Budget], cost: CostModel, grid: float,
     if grid > 0:
         for i in range(1, int(round(1 / grid))):
             keep = round(1 - i * grid, 6)
+            if keep > GRID_COARSE_ABOVE and i % 2 == 0:
+                continue  # the shallow end: every other point
             for metric in ("params", "flops"):
                 add(f"{metric}{keep:g}", metric, keep, False)
         for metric, floor in (deepest or {}).items():

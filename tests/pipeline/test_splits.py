@@ -39,6 +39,19 @@ def test_points_are_the_budgets_asked_for_then_the_grid_each_once(setup):
                       ("flops0.25", "flops", 0.25, False)]
 
 
+def test_the_grid_keeps_every_other_point_above_one_half(setup):
+    """Issue 55: the shallow half of the grid (kept fraction above GRID_COARSE_ABOVE) has every other point."""
+    from snapvit_pl.pipeline.splits import GRID_COARSE_ABOVE
+
+    model, _, _ = setup
+    keeps = [keep for _, metric, keep, _ in split_points([], CostModel(model), 0.1) if metric == "params"]
+    assert GRID_COARSE_ABOVE == 0.5 and keeps == [0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.1]
+    asked = split_points([Budget(params=0.8)], CostModel(model), 0.1)  # a budget asked for is split wherever it is
+    assert asked[0] == ("params0.8", "params", 0.8, True) and [k for _, m, k, _ in asked[1:] if m == "flops"] == keeps
+    fine = [keep for _, metric, keep, _ in split_points([], CostModel(model), 0.05) if metric == "flops"]
+    assert fine[:6] == [0.95, 0.85, 0.75, 0.65, 0.55, 0.5] and fine[6:9] == [0.45, 0.4, 0.35]
+
+
 def test_the_split_with_the_least_drift_wins_deterministically_and_meets_the_budget(setup):
     model, images, scores = setup
     export = ExportSettings(split_candidates=5, split_grid=0)
