@@ -136,7 +136,8 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def markdown(report: dict[str, Any]) -> str:
     lines = ["# A budget cut later against the same budget asked for up front", "",
              f"The run asks for {', '.join(f'{k:.0%}' for k in report['run_budgets'])} of the parameters (with a grid "
-             f"of splits every {report['split_grid']:g} of the dense cost, `export.split_grid`); each later budget is "
+             f"of splits every {report['split_grid']:g} of the dense cost from one half down and every "
+             f"{2 * report['split_grid']:g} above, `export.split_grid`); each later budget is "
              "cut from its scores (`extract` without the run's data: the head ratio interpolated between the run's "
              "recorded splits) and asked for up front (its window of candidate splits raced). Accuracy in percent "
              "(own head / linear probe / k-NN), mean over seeds; heads: "
