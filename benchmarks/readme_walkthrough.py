@@ -7,7 +7,8 @@ too runs at full size) appended.
 
     python benchmarks/readme_walkthrough.py          # writes benchmarks/results/readme_walkthrough.{json,md}
 
-tests/cli/test_readme_walkthrough.py runs the same function in CI: what the README says works on a fresh clone.
+tests/cli/test_readme_walkthrough.py runs the same function in CI with two of the model's twelve blocks (``depth``),
+from the offline cache and with random weights: what the README says works on a fresh clone, in a minute each.
 The record holds each command's wall time and the pruning run's per-stage time and peak memory (process peak
 RSS on CPU), with the machine.
 """
@@ -47,8 +48,8 @@ SHRINK = {
 }
 WNIDS = ("n01440764", "n01443537")
 #: ``random_weights``: what the prune command also gets (no weights to load: random ones from the run's seed, which
-#: every later command rebuilds from the record); two of the twelve blocks keep the test short.
-RANDOM_WEIGHTS = ["--model.pretrained=false", "--model.model_kwargs.depth=2"]
+#: every later command rebuilds from the record).
+RANDOM_WEIGHTS = ["--model.pretrained=false"]
 
 
 def readme_commands(readme: Path = README) -> list[list[str]]:
@@ -83,9 +84,9 @@ def stand_in_imagenet(root: Path, train_per_class: int = 4, val: int = 4) -> Pat
     return root
 
 
-def offline_hub(home: Path) -> dict[str, str]:
-    """An offline Hugging Face cache holding random weights of the full-size ``MODEL``; returns the environment
-    that makes timm read it."""
+def offline_hub(home: Path, depth: Optional[int] = None) -> dict[str, str]:
+    """An offline Hugging Face cache holding random weights of ``MODEL`` (full size, or with ``depth`` blocks);
+    returns the environment that makes timm read it."""
     import hashlib
 
     import timm
@@ -101,17 +102,21 @@ def offline_hub(home: Path) -> dict[str, str]:
         (folder / "refs" / "main").write_text(revision)
         snapshot.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(0)
-        save_for_hf(timm.create_model(MODEL, pretrained=False, num_classes=0), str(snapshot), safe_serialization=True)
+        blocks = {} if depth is None else {"depth": depth}
+        save_for_hf(timm.create_model(MODEL, pretrained=False, num_classes=0, **blocks), str(snapshot),
+                    safe_serialization=True)
     return {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
 
 
 def run_walkthrough(workdir: Path, threads: Optional[int] = 1, log: Any = print,
-                    random_weights: bool = False) -> dict[str, Any]:
+                    random_weights: bool = False, depth: Optional[int] = None) -> dict[str, Any]:
     """Run the README's walkthrough in ``workdir`` (its ``runs/`` and outputs land there); returns what it measured.
 
     Args:
         random_weights: prune ``--model.pretrained false`` (:data:`RANDOM_WEIGHTS`) with an empty Hugging Face
-            cache and ``HF_HUB_OFFLINE=1``, instead of the full-size weights from a laid-out offline cache.
+            cache and ``HF_HUB_OFFLINE=1``, instead of the weights from a laid-out offline cache.
+        depth: the model with ``depth`` blocks (``--model.model_kwargs.depth``, and the cache's weights); None: the
+            full size.
 
     Raises:
         RuntimeError: a command failed (its status and the end of its error output).
@@ -119,7 +124,7 @@ def run_walkthrough(workdir: Path, threads: Optional[int] = 1, log: Any = print,
     workdir = Path(workdir)
     data = stand_in_imagenet(workdir / "imagenet")
     hub = {"HF_HOME": str(workdir / "hf_home"), "HF_HUB_OFFLINE": "1"} if random_weights else \
-        offline_hub(workdir / "hf_home")
+        offline_hub(workdir / "hf_home", depth)
     env = {**os.environ, **hub, "PYTHONUNBUFFERED": "1"}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
@@ -129,14 +134,17 @@ def run_walkthrough(workdir: Path, threads: Optional[int] = 1, log: Any = print,
         argv = [str(data) if a == DATA else a for a in argv]
         argv = [str(ROOT / a) if a.startswith("configs/") else a for a in argv]  # the checkout's configs
         command = argv[1] if argv[0] == "snapvit-pl" else Path(argv[0]).stem
-        full = argv + SHRINK[command] + (RANDOM_WEIGHTS if random_weights and command == "prune" else [])
+        appended = SHRINK[command] + ((RANDOM_WEIGHTS if random_weights else []) +
+                                      ([] if depth is None else [f"--model.model_kwargs.depth={depth}"])
+                                      if command == "prune" else [])
+        full = argv + appended
         started = time.perf_counter()
         result = subprocess.run(full, cwd=workdir, env=env, capture_output=True, text=True, timeout=1800)
         seconds = time.perf_counter() - started
         log(f"{command}: {seconds:.0f} s (status {result.returncode})")
         if result.returncode != 0:
             raise RuntimeError(f"`{shlex.join(argv)}` failed with status {result.returncode}:\n{result.stderr[-3000:]}")
-        commands.append({"command": shlex.join(argv), "appended": SHRINK[command], "seconds": round(seconds, 1),
+        commands.append({"command": shlex.join(argv), "appended": appended, "seconds": round(seconds, 1),
                          "stderr": result.stderr, "stdout": result.stdout})
     import json
 

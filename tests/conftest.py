@@ -15,6 +15,12 @@ for _helpers in ("", "models", "search", "cli", "lightning", "correction"):
     sys.path.insert(0, str(Path(__file__).parent / _helpers))
 
 
+def pytest_collection_modifyitems(config, items):
+    """The slow files first (pyproject.toml's addopts hand files to the two workers in this order): the longest work
+    starts early and the short files fill in at the end, instead of one worker finishing a long file alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def hf_cache(tmp_path_factory):
     """``(HF_HOME, models)``: an offline Hugging Face cache with small random-weight models (tests/models/hub_cache.py)."""
