@@ -35,7 +35,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -162,7 +162,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"{m['load_average_1m_at_end']} at the end (other jobs shared the machine: times are the CPU time of the "
              "one-thread process, which the other jobs stretch far less than the wall clock (both in the JSON); compare "
              "the ratios, measured side by side). Settings of `configs/prune/demo.yaml`, the default score; the budgets asked for are the "
-             f"defaults ({s['budgets']}), the grid every {s['split_grid']:.0%}; {s['repeats']} alternating runs of each "
+             f"defaults ({s['budgets']}), the grid every {s['split_grid']:.0%} of the dense cost from one half down and every "
+             f"{2 * s['split_grid']:.0%} above; {s['repeats']} alternating runs of each "
              "raced configuration (median; the minimum in the JSON).", "",
              "| model | seed | points | same split as exhaustive | worst drift difference | exhaustive: asked / +grid (s) "
              "| raced: asked / +grid (s) | grid adds (CPU time) | grid adds (forward FLOPs) "
@@ -177,7 +178,7 @@ def markdown(report: dict[str, Any]) -> str:
                 f"+{100 * max(x['relative_drift_difference'] for x in rows):.2f}% | "
                 f"{e['exhaustive']['asked_s']:.1f} / {e['exhaustive']['grid_s']:.1f} | "
                 f"{r['asked']['median_s']:.1f} / {r['grid']['median_s']:.1f} | "
-                f"+{100 * (e['grid_over_asked']['median'] - 1):.0f}% | +{100 * (e['grid_over_asked_flops'] - 1):.0f}% | "
+                f"{100 * (e['grid_over_asked']['median'] - 1):+.0f}% | {100 * (e['grid_over_asked_flops'] - 1):+.0f}% | "
                 f"{100 * e['grid_images_over_asked']:.0f}% "
                 f"({100 * e['grid_settled_images_over_asked']:.0f}%) | "
                 f"{e['speedup']['asked']:.1f}x / {e['speedup']['grid']:.1f}x |")
@@ -213,6 +214,12 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def spread(values: Iterable[float]) -> dict[str, float]:
+    """``{"min": ..., "max": ...}`` of the runs' values (what the docs quote as a range)."""
+    values = list(values)
+    return {"min": min(values), "max": max(values)}
+
+
 def summarise(report: dict[str, Any]) -> dict[str, Any]:
     entries = [e for es in report["models"].values() for e in es]
     rows = [r for e in entries for r in e["points"]]
@@ -238,13 +245,13 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
             "grid_worst_difference": max((r["relative_drift_difference"] for r in grid), default=0.0),
             "worst_difference": max(r["relative_drift_difference"] for r in rows),
             "max_grid_over_asked": max(e["grid_over_asked"]["median"] for e in entries),
+            "grid_over_asked_median": spread(e["grid_over_asked"]["median"] for e in entries),
+            "speedup_asked": spread(e["speedup"]["asked"] for e in entries),
+            "speedup_grid": spread(e["speedup"]["grid"] for e in entries),
             "max_grid_over_asked_min": max(e["grid_over_asked"]["min"] for e in entries),
-            "grid_images_over_asked": {"min": min(e["grid_images_over_asked"] for e in entries),
-                                       "max": max(e["grid_images_over_asked"] for e in entries)},
-            "grid_settled_images_over_asked": {"min": min(e["grid_settled_images_over_asked"] for e in entries),
-                                               "max": max(e["grid_settled_images_over_asked"] for e in entries)},
-            "grid_over_asked_flops": {"min": min(e["grid_over_asked_flops"] for e in entries),
-                                      "max": max(e["grid_over_asked_flops"] for e in entries)},
+            "grid_images_over_asked": spread(e["grid_images_over_asked"] for e in entries),
+            "grid_settled_images_over_asked": spread(e["grid_settled_images_over_asked"] for e in entries),
+            "grid_over_asked_flops": spread(e["grid_over_asked_flops"] for e in entries),
             "settled_same": sum(e["settled_same"] for e in entries),
             "grid_images_to_the_end": sum(e["images"]["grid_to_the_end"] for e in entries)
             / max(1, sum(e["images"]["grid"] for e in entries)),

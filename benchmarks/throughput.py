@@ -65,11 +65,16 @@ def main() -> None:
     report = {"benchmark": "benchmarks/throughput.py", "run": args.run, "batch_size": args.batch_size, "rounds": args.rounds,
               "repeats": args.repeats, "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d %H:%M"), "total_s": round(time.perf_counter() - started, 1), "threads": results}
+    # the range the docs quote: speedup / FLOPs reduction over the pruned models, per thread count
+    report["efficiency"] = {threads: {"min": min(e), "max": max(e)} for threads, rows in results.items()
+                            for e in [[v["speedup"] / v["flops_reduction"] for n, v in rows.items() if n != "dense"]]}
     lines = ["# Measured CPU speedup vs FLOPs reduction", "",
              f"`python benchmarks/throughput.py --run {args.run}`, {report['date']}, {report['cpu']}, batch {args.batch_size}, "
              f"{args.rounds} alternating rounds x {args.repeats} timed forwards per model ({report['total_s']:.0f} s). Speedup = "
              "median over rounds of (pruned images/s) / (dense images/s in the same round); min-max over rounds in brackets; "
-             "efficiency = speedup / FLOPs reduction (goal >= 0.90).", ""]
+             "efficiency = speedup / FLOPs reduction (goal >= 0.90): "
+             + "; ".join(f"{e['min']:.2f}-{e['max']:.2f} with {t} thread(s)" for t, e in report["efficiency"].items())
+             + " over the pruned models.", ""]
     for threads, rows in results.items():
         lines += [f"## {threads} torch thread(s)", "", "| model | FLOPs reduction | images/s | speedup | efficiency |",
                   "|---|---:|---:|---:|---:|"]
