@@ -134,24 +134,19 @@ def single(single_run):
     return ElasticScores.load(single_run / "elastic_scores.safetensors")
 
 
-def test_uneven_shards_on_two_and_three_processes_write_the_single_process_files(prune_args, single_run, counting,
-                                                                                   tmp_path):
-    """49 images on 2 processes (shards of 25 and 24) and on 3 (17, 16, 16): the scores file and the model files
-    byte for byte those of one process, every image scored once, the search's candidates shared out. (3 processes
-    used to hang: the 17-image shard had one batch more than the others, and Lightning's per-batch broadcast waited
-    for them for gloo's 30 minutes.) The two-process run is ``--trainer.devices 2`` alone, without --out_dir: the
-    default runs/prune/<time>, chosen once by the first process, holds the whole run."""
-    for ranks in (2, 3):
-        env, records = counting(f"counts{ranks}")
-        cwd = tmp_path / str(ranks)
-        cwd.mkdir()
-        _run([sys.executable, str(ROOT / "prune.py"), *(["--out_dir", str(cwd / "run")] if ranks == 3 else []),
-              *prune_args, f"--trainer.devices={ranks}"], cwd, env)
-        (out,) = (cwd / "runs" / "prune").iterdir() if ranks == 2 else [cwd / "run"]  # one folder, not one per process
-        assert digests(out) == digests(single_run)
-        _scored_once(records, ranks)
-        per_rank = json.loads((out / "report.json").read_text())["search"]["evaluations_per_rank"]
-        assert len(per_rank) == ranks and sum(per_rank) == EVALUATIONS and max(per_rank) - min(per_rank) <= 1
+def test_uneven_shards_on_three_processes_write_the_single_process_files(prune_args, single_run, counting, tmp_path):
+    """49 images on 3 processes (shards of 17, 16 and 16; on 2, 25 and 24: the ddp strategy's test below): the scores
+    file and the model files byte for byte those of one process, every image scored once, the search's candidates
+    shared out. (3 processes used to hang: the 17-image shard had one batch more than the others, and Lightning's
+    per-batch broadcast waited for them for gloo's 30 minutes.) The run is ``--trainer.devices 3`` alone, without
+    --out_dir: the default runs/prune/<time>, chosen once by the first process, holds the whole run."""
+    env, records = counting("counts3")
+    _run([sys.executable, str(ROOT / "prune.py"), *prune_args, "--trainer.devices=3"], tmp_path, env)
+    (out,) = (tmp_path / "runs" / "prune").iterdir()  # one folder, not one per process
+    assert digests(out) == digests(single_run)
+    _scored_once(records, 3)
+    per_rank = json.loads((out / "report.json").read_text())["search"]["evaluations_per_rank"]
+    assert len(per_rank) == 3 and sum(per_rank) == EVALUATIONS and max(per_rank) - min(per_rank) <= 1
 
 
 def _same_as_single(out: Path, single: ElasticScores, ranks: int = 2) -> ElasticScores:
@@ -164,11 +159,14 @@ def _same_as_single(out: Path, single: ElasticScores, ranks: int = 2) -> Elastic
     return scores
 
 
-def test_two_devices_with_the_ddp_strategy_named_choose_the_pruning_ddp(prune_args, single_run, single, tmp_path):
-    """``--trainer.strategy ddp`` (``--trainer.devices 2`` alone: the uneven-shards test above) writes the files of
-    one process, byte for byte, each candidate evaluated once."""
+def test_two_devices_with_the_ddp_strategy_named_choose_the_pruning_ddp(prune_args, single_run, single, counting,
+                                                                        tmp_path):
+    """``--trainer.strategy ddp`` on 49 images (shards of 25 and 24) writes the files of one process, byte for byte,
+    every image scored once, each candidate evaluated once."""
+    env, records = counting("counts2")
     _run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(tmp_path / "ddp"), *prune_args,
-          "--trainer.devices=2", "--trainer.strategy=ddp"], tmp_path)
+          "--trainer.devices=2", "--trainer.strategy=ddp"], tmp_path, env)
+    _scored_once(records, 2)
     report = json.loads((tmp_path / "ddp" / "report.json").read_text())
     assert [p["checkpoint"] for p in report["pruned"]] == ["models/flops0.6"]
     assert sorted(p.name for p in (tmp_path / "ddp" / "models").iterdir()) == ["flops0.6"]

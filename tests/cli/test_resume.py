@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="apt-get install dataset-fashion-mnist"),
 ]
-EVALUATIONS, POPSIZE = 40, 4
+EVALUATIONS, POPSIZE = 24, 4
 ARGS = [  # a tiny random-weight model; a search long enough to be caught in the middle of a generation
     "--model.checkpoint_path=null", "--model.model_kwargs.embed_dim=32", "--model.model_kwargs.depth=2",
     "--model.model_kwargs.num_heads=4", "--data.init_args.max_samples=160", "--data.init_args.batch_size=16",
