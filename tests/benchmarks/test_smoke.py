@@ -224,3 +224,25 @@ def test_later_budgets_quick_cuts_each_budget_both_ways_and_measures_their_drift
     assert cost["with_grid_flops"] > cost["asked_alone_flops"] > 0 and cost["with_grid_cpu_s"] > 0
     assert report["grid_cost"]["forwards"]["min"] == pytest.approx(cost["with_grid_flops"] / cost["asked_alone_flops"],
                                                                    abs=1e-3)
+
+
+@needs_data
+def test_throughput_times_a_runs_models_against_the_dense_one(tmp_path, tiny_prune_args, monkeypatch):
+    """One round of one timed forward per model, one thread, on the demo's reference model pruned to two budgets: the
+    efficiency range the docs quote is over the pruned models."""
+    from benchmarks import throughput
+    from snapvit_pl.cli import prune_main
+
+    shrink = [a for a in tiny_prune_args if not a.startswith(("--out_dir", "--model.")) and a != str(tmp_path / "run")]
+    assert prune_main(["--out_dir", str(tmp_path / "run"), *shrink, "--search.max_evaluations=0",
+                       "--evaluation.metrics=[]"]) == 0
+    monkeypatch.setattr(sys, "argv", ["throughput.py", "--run", str(tmp_path / "run"), "--threads", "1",
+                                      "--rounds", "1", "--repeats", "1", "--batch-size", "4",
+                                      "--out", str(tmp_path / "throughput")])
+    throughput.main()
+    report = json.loads((tmp_path / "throughput.json").read_text())
+    rows = report["threads"]["1"]
+    assert set(rows) == {"dense", "mlp0.35_head0.25", "flops0.6"} and rows["dense"]["speedup"] == 1.0
+    efficiency = [v["speedup"] / v["flops_reduction"] for name, v in rows.items() if name != "dense"]
+    assert report["efficiency"]["1"] == {"min": min(efficiency), "max": max(efficiency)}
+    assert "over the pruned models" in (tmp_path / "throughput.md").read_text()
