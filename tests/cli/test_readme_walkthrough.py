@@ -17,7 +17,11 @@ pytestmark = pytest.mark.slow
 
 def test_the_readme_walkthrough_runs_with_the_weights_of_an_offline_hub_cache(tmp_path):
     pytest.importorskip("onnx")
-    from benchmarks.readme_walkthrough import readme_commands, run_walkthrough
+    import timm
+    from safetensors.torch import load_file
+
+    from benchmarks.readme_walkthrough import MODEL, readme_commands, run_walkthrough
+    from snapvit_pl.models.loading import fingerprint
 
     assert [argv[1] for argv in readme_commands()] == ["prune", "extract", "evaluate", "train", "deploy"]
     record = run_walkthrough(tmp_path, log=lambda line: None, depth=2)
@@ -25,7 +29,10 @@ def test_the_readme_walkthrough_runs_with_the_weights_of_an_offline_hub_cache(tm
     report = record["prune_report"]
     assert report["model"]["model_name"] == "vit_base_patch16_224.dino" and report["model"]["pretrained"] is True
     assert 10e6 < report["dense"]["params"] < 20e6  # ViT-B's embeddings and two of its blocks
-    assert list((tmp_path / "hf_home").rglob("model.safetensors"))  # the weights the run loaded
+    (weights,) = (tmp_path / "hf_home").rglob("model.safetensors")  # the run's base weights are the cache's
+    base = timm.create_model(MODEL, pretrained=False, num_classes=0, depth=2)
+    base.load_state_dict(load_file(weights))
+    assert report["model"]["fingerprint"] == fingerprint(base)
     (model,) = report["pruned"]
     assert model["label"] == "flops0.5" and model["flops"] <= 0.5 * report["dense"]["flops"]
     assert "knn_top1" in model["metrics"] and report["search"]["evaluations"] == 2
