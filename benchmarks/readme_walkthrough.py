@@ -129,14 +129,15 @@ def run_walkthrough(workdir: Path, threads: Optional[int] = 1, log: Any = print,
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # the pruning run's own options: random weights (no cache), fewer blocks
+    prune_extra = (RANDOM_WEIGHTS if random_weights else []) + \
+        ([] if depth is None else [f"--model.model_kwargs.depth={depth}"])
     commands = []
     for argv in readme_commands():
         argv = [str(data) if a == DATA else a for a in argv]
         argv = [str(ROOT / a) if a.startswith("configs/") else a for a in argv]  # the checkout's configs
         command = argv[1] if argv[0] == "snapvit-pl" else Path(argv[0]).stem
-        appended = SHRINK[command] + ((RANDOM_WEIGHTS if random_weights else []) +
-                                      ([] if depth is None else [f"--model.model_kwargs.depth={depth}"])
-                                      if command == "prune" else [])
+        appended = SHRINK[command] + (prune_extra if command == "prune" else [])
         full = argv + appended
         started = time.perf_counter()
         result = subprocess.run(full, cwd=workdir, env=env, capture_output=True, text=True, timeout=1800)

@@ -66,8 +66,10 @@ def main() -> None:
               "repeats": args.repeats, "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d %H:%M"), "total_s": round(time.perf_counter() - started, 1), "threads": results}
     # the range the docs quote: speedup / FLOPs reduction over the pruned models, per thread count
-    report["efficiency"] = {threads: {"min": min(e), "max": max(e)} for threads, rows in results.items()
-                            for e in [[v["speedup"] / v["flops_reduction"] for n, v in rows.items() if n != "dense"]]}
+    report["efficiency"] = {}
+    for threads, rows in results.items():
+        efficiency = [v["speedup"] / v["flops_reduction"] for n, v in rows.items() if n != "dense"]
+        report["efficiency"][threads] = {"min": min(efficiency), "max": max(efficiency)}
     lines = ["# Measured CPU speedup vs FLOPs reduction", "",
              f"`python benchmarks/throughput.py --run {args.run}`, {report['date']}, {report['cpu']}, batch {args.batch_size}, "
              f"{args.rounds} alternating rounds x {args.repeats} timed forwards per model ({report['total_s']:.0f} s). Speedup = "

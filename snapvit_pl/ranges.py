@@ -121,8 +121,8 @@ def declared_hints(owner: Any, prefix: str) -> dict[str, Any]:
             if "__init__" in vars(klass) and klass is not object:
                 try:
                     hints.update(typing.get_type_hints(klass.__init__, include_extras=True))
-                except Exception:  # a foreign class whose annotations do not resolve: no ranges there
-                    continue
+                except (NameError, TypeError, AttributeError, SyntaxError):
+                    continue  # a foreign class whose annotations do not resolve: no ranges there
     return {f"{prefix}.{name}": hint for name, hint in hints.items() if name != "return"}
 
 

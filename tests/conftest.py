@@ -71,3 +71,20 @@ def tiny_prune_args(tmp_path):
         "--report.print_table=false",
         "--trainer.enable_progress_bar=false", "--trainer.logger=true",
     ]
+
+
+@pytest.fixture
+def folder_run(tiny_prune_args, tmp_path):
+    """A ``prune.py`` run (in this process) on a folder of images asked for sparsity 0.4, and the arguments that ran
+    it (without budget and folder)."""
+    from images import gray_image_folder
+
+    from snapvit_pl.cli.prune import prune_main
+
+    data = gray_image_folder(tmp_path / "data")
+    args = [a for a in tiny_prune_args if not a.startswith(("--export.budgets", "--out_dir", "--data.init_args.max"))
+            and a != str(tmp_path / "run")] + [
+        "--data.init_args.source=folder", f"--data.init_args.root={data}", "--data.init_args.max_samples=32",
+        "--search.max_evaluations=0", "--evaluation.metrics=[]"]
+    assert prune_main([*args, "--out_dir", str(tmp_path / "run"), "--export.budgets=[{sparsity: 0.4}]"]) == 0
+    return tmp_path / "run", data, args

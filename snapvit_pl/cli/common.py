@@ -345,7 +345,7 @@ def resolve_config(value: str, kind: str = "prune") -> str:
     path = Path(value)
     if not _yaml_text(value) and special_file(path) is not None:  # reading it could wait for ever
         raise ConfigError(f"--config {value} is {special_file(path)}, not a file; give a YAML file")
-    if _yaml_text(value) or names_file(value) or _exists(path):
+    if _yaml_text(value) or _exists(path):
         return value
     if not path.is_absolute() and names_file(str(DATA_ROOT / path)):
         return str(DATA_ROOT / path)

@@ -109,7 +109,7 @@ def _extract(argv: list[str]) -> int:
         if pipeline.settings.export.split == "fitness" else []
     data, why_not = init.data, ""
     if data is None and (guessed or correction.active(pipeline.device)):
-        data, why_not = _run_data(parser, argv, args, scores, pipeline.settings.search.num_images)
+        data, why_not = _run_data(argv, args, scores, pipeline.settings.search.num_images)
         if data is not None:
             print(f"using the run's images ({Path(args.scores).parent / CONFIG_FILE}): "
                   + ", ".join(filter(None, (guessed and f"racing the head/MLP split of {', '.join(guessed)}",
@@ -137,44 +137,15 @@ def _extract(argv: list[str]) -> int:
     return 0
 
 
-def _run_data(parser: Any, argv: list[str], args: Any, scores: Any, num_images: int) -> tuple[Any, str]:
-    """The DataModule of the run that wrote ``scores`` (the data section of the ``config.yaml`` beside them), or
-    None and why not: ``--run_data false``, a ``--config`` or ``--data`` given, no such file, another run's folder, or
-    images that are not the files the run read (its resume state's fingerprint of the fitness images: the seeded
-    subset of ``num_images``, compared by path, label and content)."""
-    import argparse
-
-    from ..errors import SnapViTError
-    from ..pipeline.resume import CONFIG_FILE, RESUME_FILE, load_resume_state
-    from .common import read_config
+def _run_data(argv: list[str], args: Any, scores: Any, num_images: int) -> tuple[Any, str]:
+    """The DataModule of the run that wrote ``scores`` (:func:`snapvit_pl.pipeline.run_data.run_data`: the data
+    section of the ``config.yaml`` beside them, when its images are the files the run read), or None and why not;
+    none with ``--run_data false`` or when a ``--config`` or ``--data`` option is given."""
+    from ..pipeline.run_data import run_data
 
     if not args.run_data:
         return None, "--run_data false"
     if any(arg in ("--config", "-c") or arg.startswith(("--config=", "--data")) for arg in argv):
         return None, "the options given name no data"
-    run_dir = Path(args.scores).parent
-    config = run_dir / CONFIG_FILE
-    if not config.is_file() or not (run_dir / RESUME_FILE).is_file():
-        missing = CONFIG_FILE if not config.is_file() else f"{RESUME_FILE} (what the run read)"
-        return None, f"there is no {missing} beside {args.scores}"
-    try:
-        state = load_resume_state(run_dir)
-        if state.get("fingerprint") != scores.fingerprint:
-            return None, f"{config} is another run's (its base weights are not the scores')"
-        recorded = state.get("inputs")
-        section = read_config(config)[1].get("data")
-        if recorded is None or not section:
-            return None, f"the run behind {config} recorded no data it read"
-        given = parser.parse_object({"data": section, "scores": args.scores, "out_dir": str(args.out_dir)})
-        data = parser.instantiate(given, instantiate_groups=False).data
-        current = data.input_fingerprint([num_images])
-    except (SnapViTError, argparse.ArgumentError, OSError, TypeError, ValueError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        return None, f"the data of {config} cannot be read here ({reason})"
-    read = {path: (label, sha) for path, label, _, _, sha in recorded["files"]}
-    differ = [path for path, label, _, _, sha in current["files"] if read.get(path) != (label, sha)]
-    if differ or (current["split"], current["listed"]) != (recorded.get("split"), recorded.get("listed")):
-        example = f", e.g. {differ[0]}" if differ else f"; {current['listed']} images listed, {recorded.get('listed')} then"
-        return None, (f"the images {config} names are not those the run read ({len(differ)} of "
-                      f"{len(current['files'])} files differ{example})")
-    return data, ""
+    found = run_data(Path(args.scores).parent, scores, num_images)
+    return found.datamodule, found.why_not

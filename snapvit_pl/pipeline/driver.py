@@ -19,6 +19,7 @@ run's progress (``resume_state.pt``) after the importance pass and every round o
 from __future__ import annotations
 
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -34,7 +35,7 @@ from ..elastic.splits import SplitTable
 from ..device import PeakMemory
 from ..errors import CheckpointError, ConfigError
 from ..eval.suite import check_classes
-from ..models.loading import BackboneSpec, fingerprint
+from ..models.loading import BackboneSpec, fingerprint, load_backbone
 from ..models.surgery import architecture
 from ..models.modes import eval_mode
 from ..progress import Progress, ProgressMode, shown_mode
@@ -49,11 +50,12 @@ from .extraction import (
     throughput_alone, with_timed,
 )
 from .importance import AllReduceSum, ImportancePass
-from .inputs import StageInputs
+from .inputs import DataModuleInputs, StageInputs
 from .report import write_report
 from .rundir import RunFolder
 from .resume import RESUME_FILE, check_inputs, check_resume_state, save_resume_state
-from .settings import PipelineSettings
+from .run_data import run_data as find_run_data
+from .settings import ExportSettings, PipelineSettings
 from .splits import SplitChoice, choose_splits, split_table
 from .tables import percent_label
 from .state import DenseModel, ExtractedModel, RunState, Timings
@@ -329,7 +331,6 @@ class Pipeline:
         views the scorer needs) and read the later stages' images and evaluation data from it (and the ``seg``
         metric's from ``seg_datamodule``)."""
         from .importance import prepare_pruning_data
-        from .inputs import DataModuleInputs
 
         self._data_context = prepare_pruning_data(datamodule, self.model, self.settings.importance.scorer)
         if not getattr(datamodule, "labeled", True):
@@ -748,6 +749,41 @@ class Pipeline:
             pipeline.state.search = SearchResult(scores.coefficients)
         pipeline._splits = scores.splits
         pipeline.state.completed = ["importance", "search", "splits"]
+        return pipeline
+
+    @classmethod
+    def from_run(cls, run_dir: str | Path, model: Optional[nn.Module] = None,
+                 settings: Optional[PipelineSettings] = None, scores_file: Optional[str] = None,
+                 run_data: bool = True, **options: Any) -> "Pipeline":
+        """:meth:`from_scores` for the scores in ``run_dir`` (a ``prune.py`` run folder), with the run's images
+        when they are the files the run read (:func:`~snapvit_pl.pipeline.run_data.run_data`): a budget the run
+        did not choose a split for is then raced on them as the run would have, and they calibrate a correction.
+        ``model``: the base model (default: rebuilt from the spec the scores record); ``scores_file``: default
+        ``export.scores_file``'s. When the images cannot be taken, a warning says why (``run_data=False``: not
+        tried) and such a budget's split is interpolated.
+
+        Raises:
+            CheckpointError: no readable scores in ``run_dir``, or ``model`` is not their base model.
+            ConfigError: the scores record no base model to rebuild and no ``model`` is given.
+        """
+        run_dir = Path(run_dir)
+        scores = ElasticScores.load(run_dir / (scores_file or ExportSettings.scores_file))
+        spec = options.pop("spec", None) or (BackboneSpec.from_dict(scores.base) if scores.base.get("model_name")
+                                             else None)
+        if model is None:
+            if spec is None:
+                raise ConfigError(f"the scores in {run_dir} do not record how to build their base model (written by "
+                                  "fit_elastic without spec=): pass model=")
+            model = load_backbone(spec)
+        pipeline = cls.from_scores(model, scores, settings, spec=spec, **options)
+        if run_data and "inputs" not in options:
+            found = find_run_data(run_dir, scores, pipeline.settings.search.num_images)
+            if found.datamodule is None:
+                warnings.warn(f"the images of the run in {run_dir} are not taken because {found.why_not}: a budget "
+                              "whose split the run did not choose is interpolated (docs/pruning.md)", stacklevel=2)
+            else:
+                found.datamodule.configure_for_model(model)
+                pipeline.inputs = DataModuleInputs(found.datamodule)
         return pipeline
 
     # -- resume ----------------------------------------------------------------------------------------------

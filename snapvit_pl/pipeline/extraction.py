@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 #: Printed (and written into the report) when a run's models are not corrected.
 CORRECTION_HINT = ("the pruned models are not corrected: correction enabled corrects each one (prune.py: "
-                   "--correction.enabled true; Python: CorrectionSettings(enabled=True); seconds per model on a GPU, minutes at full size on a CPU; auto: only on accelerators), worth the most where pruning "
+                   "--correction.enabled true; Python: CorrectionSettings(enabled=True); seconds per model on a GPU, "
+                   "minutes at full size on a CPU; auto: only on accelerators), worth the most where pruning "
                    "costs the most accuracy (the documentation site, page 'The method', section 4)")
 
 

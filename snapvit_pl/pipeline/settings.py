@@ -91,8 +91,8 @@ class ExportSettings:
             budgets asked for).
         split_images: fitness images every candidate split of a budget asked for is raced on first; the candidates
             that may still win go on to twice as many, up to all of them (``search.num_images`` or more: every
-            candidate on every image). A grid point races from 16 images to at most 32
-            (``snapvit_pl.pipeline.splits.GRID_IMAGES``).
+            candidate on every image). A grid point races from ``snapvit_pl.search.race.MIN_IMAGES`` images to
+            at most ``snapvit_pl.pipeline.splits.GRID_IMAGES``.
         latency_batch_size: batch size of the latency table (for ``{"latency": ms}`` budgets).
         latency_device: device of the latency table (default: the run's device).
         latency_table: the latency table's JSON file, reused when it was measured for this architecture, device

@@ -7,9 +7,11 @@ budget for each, and keeps the split whose sub-network's embeddings drift least 
 model's (the search's label-free fitness, on the same images).
 
 The choice is made for every budget a run asks for and for a grid of kept parameter and FLOPs
-fractions (every ``export.split_grid`` from one half of the dense cost down, every other one above it), and recorded in the elastic scores (:class:`snapvit_pl.elastic.SplitTable`): any budget
-cut later (``scores.extract(model, flops=0.45)``, ``python -m snapvit_pl.extract``) takes the head
-ratio recorded for its kept fraction, or interpolated between the two nearest.
+fractions (every ``export.split_grid`` from one half of the dense cost down, every other one above it), and
+recorded in the elastic scores (:class:`snapvit_pl.elastic.SplitTable`): any budget cut later
+(``scores.extract(model, flops=0.45)``, ``python -m snapvit_pl.extract``) takes the head ratio recorded for its
+kept fraction, or interpolated between the two nearest (or, given the run's images, races its own split:
+:meth:`snapvit_pl.pipeline.Pipeline.from_run`).
 
 What it costs (``benchmarks/results/split_choice.md`` measures it against trying every candidate on every image):
 
@@ -119,9 +121,10 @@ def split_points(budgets: Sequence[Budget], cost: CostModel, grid: float,
                  deepest: Optional[dict[str, float]] = None) -> list[tuple[str, str, float, bool]]:
     """``(label, metric, keep, requested)`` of every budget to split: the cost budgets asked for (latency budgets
     and ratio pairs excluded), then a grid of kept params and FLOPs fractions ``1 - grid, 1 - 2 grid, ...``
-    (``grid`` 0: none; above :data:`GRID_COARSE_ABOVE` only ``1 - grid, 1 - 3 grid, ...``) and, with ``deepest`` (:func:`deepest_keep`), a point :data:`DEEP_END_MARGIN` above the
-    deepest cut of each metric, so that a budget cut later between the last grid point and that cut is interpolated
-    rather than given the last grid point's split; each point once."""
+    (``grid`` 0: none; above :data:`GRID_COARSE_ABOVE` only ``1 - grid, 1 - 3 grid, ...``) and, with ``deepest``
+    (:func:`deepest_keep`), a point :data:`DEEP_END_MARGIN` above the deepest cut of each metric, so that a budget
+    cut later between the last grid point and that cut is interpolated rather than given the last grid point's
+    split; each point once."""
     points: list[tuple[str, str, float, bool]] = []
 
     def add(label: str, metric: str, keep: float, requested: bool) -> None:

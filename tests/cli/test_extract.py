@@ -5,25 +5,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from images import gray_image_folder
 from PIL import Image
 from safetensors.torch import load_file
 
 from snapvit_pl.cli.extract import main as extract_main
 from snapvit_pl.cli.prune import prune_main
 from snapvit_pl.models import load_pruned
-
-
-@pytest.fixture
-def folder_run(tiny_prune_args, tmp_path):
-    """A run on a folder of images asked for sparsity 0.4, and the arguments that ran it (without budget and folder)."""
-    data = gray_image_folder(tmp_path / "data")
-    args = [a for a in tiny_prune_args if not a.startswith(("--export.budgets", "--out_dir", "--data.init_args.max"))
-            and a != str(tmp_path / "run")] + [
-        "--data.init_args.source=folder", f"--data.init_args.root={data}", "--data.init_args.max_samples=32",
-        "--search.max_evaluations=0", "--evaluation.metrics=[]"]
-    assert prune_main([*args, "--out_dir", str(tmp_path / "run"), "--export.budgets=[{sparsity: 0.4}]"]) == 0
-    return tmp_path / "run", data, args
 
 
 def _extract(run: Path, out: Path, *more: str) -> int:
@@ -67,7 +54,7 @@ def test_a_later_budget_is_raced_on_the_runs_own_images_and_only_on_those(folder
            f"e.g. {data / 'train'}" in note and changed == pytest.approx(ratio)
     (run / "resume_state.pt").unlink()  # what the run read is no longer recorded: nothing to compare with
     note, _ = interpolated("unrecorded")
-    assert f"because there is no resume_state.pt (what the run read) beside {run / 'elastic_scores.safetensors'}" in note
+    assert f"because there is no resume_state.pt (what the run read) in {run};" in note
 
 
 def test_the_correction_calibrates_on_the_runs_images_or_says_why_it_cannot(folder_run, tmp_path, capsys):
