@@ -94,7 +94,8 @@ def machine_info() -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "load_average_1m_at_end": load[0] if load else None,
-            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
+            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M"),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
 
 
 def rounded(value: Any, digits: int = 4) -> Any:
@@ -119,9 +120,9 @@ def pct(value: Optional[float], digits: int = 1) -> str:
     return "n/a" if value is None else f"{100 * value:.{digits}f}"
 
 
-#: The code a results file may depend on besides its script. A file recorded before its run recorded the files it
-#: used (:func:`used_files`) is stale when any of this changed after its commit; a run that starts the project in
-#: other processes (``subprocesses=True`` in :func:`write_results`) records all of it.
+#: The code a results file may depend on besides its script: a run that starts the project in other processes
+#: (``subprocesses=True`` in :func:`write_results`) records all of it as used, and uncommitted changes to it mark the
+#: run ``dirty``.
 MEASURED_CODE = ("snapvit_pl", "callbacks", "configs", "assets", "benchmarks/common.py")
 #: Folders of project files a run may read as data (configs, development models): the ones it opened are recorded.
 DATA_FOLDERS = ("configs", "assets")
@@ -223,8 +224,10 @@ def parse_args(parser: Any, argv: Optional[list[str]] = None) -> Any:
 def provenance(settings: Any, subprocesses: bool = False) -> dict[str, Any]:
     """What made a results file: the checkout's commit (``dirty``: the measured code had uncommitted changes), the
     digest of the run's settings (:func:`config_digest` of ``settings``: its parsed arguments, or a settings
-    dataclass), its command line (:data:`COMMAND`) and the project files it used with their digests
-    (:func:`used_files`; ``subprocesses``: it started the project in other processes)."""
+    dataclass), its command line (:data:`COMMAND`), the date, the machine (:func:`machine_info`), the regression
+    baseline the checkout holds (``benchmarks.regression.baseline_id``: what the project computed when the run was
+    made) and the project files it used with their digests (:func:`used_files`; ``subprocesses``: it started the
+    project in other processes; information, nothing is judged by them)."""
     from dataclasses import asdict, is_dataclass
 
     commit = _git("rev-parse", "HEAD")
@@ -232,7 +235,14 @@ def provenance(settings: Any, subprocesses: bool = False) -> dict[str, Any]:
     values = asdict(settings) if is_dataclass(settings) else vars(settings) if hasattr(settings, "__dict__") else settings
     return {"commit": commit, "dirty": bool(changes), "config_digest": config_digest(values),
             "command": COMMAND or "not recorded", "recorded": "run", "date": time.strftime("%Y-%m-%d %H:%M"),
-            "files": used_files(subprocesses)}
+            "machine": machine_info(), "baseline": baseline_id(), "files": used_files(subprocesses)}
+
+
+def baseline_id() -> Optional[str]:
+    """The regression baseline of this checkout (``benchmarks.regression.baseline_id``)."""
+    from benchmarks.regression import baseline_id as current
+
+    return current()
 
 
 #: The Markdown comment (invisible when rendered) that holds a Markdown-only results file's used files, just before
@@ -248,11 +258,17 @@ def provenance_lines(record: dict[str, Any]) -> str:
 
 
 def provenance_line(record: dict[str, Any]) -> str:
-    """The Markdown line that ends every results file: how to make it again, from which commit."""
+    """The Markdown line that ends every results file: how to make it again, from which commit, when, on what
+    machine, under which regression baseline."""
+    from benchmarks.provenance import describe_machine
+
     commit = (record.get("commit") or "unknown")[:12] + (" with uncommitted changes" if record.get("dirty") else "")
     how = "recorded when it ran" if record.get("recorded") == "run" else "from git history: the commit that wrote it"
+    machine = describe_machine(record.get("machine"))
+    when = f"; {record['date']} on {machine}" if record.get("date") and machine else ""
+    baseline = f"; baseline {record['baseline']}" if record.get("baseline") else ""
     return (f"_Provenance: `{record['command']}` at commit {commit} ({how}); config digest "
-            f"{record.get('config_digest') or 'not recorded'}._")
+            f"{record.get('config_digest') or 'not recorded'}{when}{baseline}._")
 
 
 def write_results(prefix: Path, report: dict[str, Any], markdown: Any, settings: Any,

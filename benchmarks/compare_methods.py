@@ -330,15 +330,26 @@ def write_report(report: dict[str, Any], out_prefix: Path, log: Optional[Progres
 SIZE_SETTINGS = ("split", "val_samples", "train_samples", "cut")
 
 
-def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]] = None) -> dict[str, Any]:
+def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]] = None,
+          mixed_baselines: bool = False) -> dict[str, Any]:
     """One report from the reports of finished runs over different models or different seeds of a model (e.g. one
     process per model, or per group of seeds, in parallel). A (model, method, seed) must come from one run only, and
     the runs of a model must agree on its dense model, its settings and its sizes (each model keeps its own sizes).
 
     ``renames``: ``{"file.json:old": "new"}``, a method of one report under the name the benchmark now gives it (a
     column renamed since that run, e.g. ``snapvit`` measured when it was SSL-Fisher + SNES); an empty new name drops
-    that method of that report (superseded: measured again by another run, e.g. after its default changed)."""
+    that method of that report (superseded: measured again by another run, e.g. after its default changed).
+
+    The merged report lists every input run with its commit, date and regression baseline (``merged_from``); runs made
+    under different baselines computed with different code and are refused unless ``mixed_baselines``, which marks
+    them in the table."""
     reports = [json.loads(Path(p).read_text()) for p in paths]  # (an interrupted run holds its finished methods)
+    inputs = merge_inputs(paths, reports)
+    baselines = sorted({str(i["baseline"]) for i in inputs})
+    if len(baselines) > 1 and not mixed_baselines:
+        raise ValueError(f"the runs were made under different regression baselines ({', '.join(baselines)}): the "
+                         "project computed other numbers between them; measure them again under one, or pass "
+                         "--mixed-baselines to merge them marked in the table")
     for path, report in zip(paths, reports):
         mapping = {old.split(":", 1)[1]: new for old, new in (renames or {}).items() if old.split(":", 1)[0] == str(path)}
         dropped = {old for old, new in mapping.items() if not new}
@@ -383,8 +394,7 @@ def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]]
                      key=lambda m: DEFAULT_METHODS.index(m) if m in DEFAULT_METHODS else len(DEFAULT_METHODS))
     seeds = sorted({s for r in reports for s in r["settings"]["seeds"]})
     merged_report = {**reports[0], "name": out_prefix.name, "models": models,
-                     "merged_from": [display(Path(p)) + (" (interrupted: its finished methods)" if r.get("partial") else "")
-                                     for p, r in zip(paths, reports)],
+                     "merged_from": inputs,
                      "total_s": sum(r["total_s"] for r in reports)}
     merged_report["settings"] = {**reports[0]["settings"], "models": list(models), "methods": methods, "seeds": seeds}
     if len({json.dumps(e["sizes"], sort_keys=True) for e in models.values()}) == 1:
@@ -392,6 +402,37 @@ def merge(paths: list[Path], out_prefix: Path, renames: Optional[dict[str, str]]
     write_report(merged_report, out_prefix, None, partial=False)
     print(f"wrote {display(out_prefix)}.md/.json/.png from {len(paths)} reports")
     return merged_report
+
+
+def merge_inputs(paths: list[Path], reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each merged run was: its file, commit, date and regression baseline (None: made before the baseline
+    existed), and whether it was interrupted (its finished methods only)."""
+    inputs = []
+    for path, report in zip(paths, reports):
+        record = report.get("provenance") or {}
+        inputs.append({"file": display(Path(path)), "commit": (record.get("commit") or "not recorded")[:12],
+                       "date": record.get("date") or (report.get("machine") or {}).get("date"),
+                       "baseline": record.get("baseline"), "partial": bool(report.get("partial"))})
+    return inputs
+
+
+def merged_from_table(inputs: list[Any]) -> list[str]:
+    """The Markdown lines that list a merged report's input runs (a run whose baseline is not the most common one
+    marked)."""
+    if inputs and isinstance(inputs[0], str):  # (a report merged before the inputs were recorded)
+        return [f"Merged from {len(inputs)} runs: " + "; ".join(f"`{p}`" for p in inputs) + ".", ""]
+    baselines = [str(i["baseline"]) for i in inputs]
+    usual = max(set(baselines), key=baselines.count)
+    lines = [f"Merged from {len(inputs)} runs (over models or seeds, run in parallel, one torch thread each; "
+             "`--merge`; the time is their sum), each with the commit it ran at and the regression baseline it was "
+             "made under (`-`: before the baseline existed):", "", "| run | commit | date | baseline |", "|---|---|---|---|"]
+    for item in inputs:
+        baseline = item["baseline"] or "-"
+        if str(item["baseline"]) != usual:
+            baseline = f"**{baseline} (another baseline)**"
+        lines.append(f"| `{item['file']}`{' (interrupted: its finished methods)' if item['partial'] else ''} | "
+                     f"{item['commit']} | {item['date'] or '-'} | {baseline} |")
+    return lines + [""]
 
 
 def _measured(record: dict[str, Any]) -> dict[str, Any]:
@@ -480,9 +521,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"`{report['name']}.png` (parameters), `{report['name']}_flops.png` (FLOPs).",
              "",
              *(["**Unfinished run: the numbers so far.**", ""] if report.get("partial") else []),
-             *([f"Merged from {len(report['merged_from'])} runs (over models or seeds, run in parallel, one torch thread "
-                "each; `--merge`): " + "; ".join(f"`{p}`" for p in report["merged_from"]) + ". The time is their sum.", ""]
-              if report.get("merged_from") else []),
+             *(merged_from_table(report["merged_from"]) if report.get("merged_from") else []),
              f"Every method through the `prune.py` pipeline with the settings of `configs/prune/demo.yaml`; seeds "
              f"{s['seeds']} (pruning subset, views, probes and search seed); `lamp` and `magnitude` use no data and run "
              "once. " + ("Every method is cut at the parameter count of each (mlp, head) pair, split between heads and "
@@ -652,11 +691,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--rename", action="append", default=[], metavar="JSON:OLD=NEW",
                         help="with --merge: a method of one report under its current name (a renamed column); "
                              "JSON:OLD= drops it (measured again by another of the merged runs)")
+    parser.add_argument("--mixed-baselines", action="store_true",
+                        help="with --merge: merge runs made under different regression baselines, marked in the table")
     args = parse_args(parser, argv)
     if args.merge:
         try:
             renames = dict(item.rsplit("=", 1) for item in args.rename)
-            merge(args.merge, Path(args.out) if args.out else RESULTS / "compare_methods", renames)
+            merge(args.merge, Path(args.out) if args.out else RESULTS / "compare_methods", renames,
+                  args.mixed_baselines)
         except (OSError, ValueError, KeyError) as err:
             parser.error(f"cannot merge: {err}")
         return

@@ -68,7 +68,7 @@ def markdown(report: dict[str, Any], method: str) -> str:
     return text.replace(NAMED, DESCRIBED[method])
 
 
-def merge(paths: list[Path], out_prefix: Path) -> dict[str, Any]:
+def merge(paths: list[Path], out_prefix: Path, mixed_baselines: bool = False) -> dict[str, Any]:
     """:func:`compare_methods.merge` of runs given one correction, its report naming it.
 
     Raises:
@@ -82,7 +82,7 @@ def merge(paths: list[Path], out_prefix: Path) -> dict[str, Any]:
     (method,) = methods
     compare_methods.markdown = lambda report: markdown(report, method)  # the text compare_methods' writer writes
     try:
-        return compare_methods.merge(paths, out_prefix)
+        return compare_methods.merge(paths, out_prefix, mixed_baselines=mixed_baselines)
     finally:
         compare_methods.markdown = REPORT
 
@@ -92,11 +92,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--merge", nargs="+", metavar="JSON", default=None,
                         help="merge finished runs into --out (default benchmarks/results/compare_methods_deep)")
     parser.add_argument("--out", default=None, help="output prefix")
+    parser.add_argument("--mixed-baselines", action="store_true",
+                        help="with --merge: merge runs made under different regression baselines, marked in the table")
     args, rest = parser.parse_known_args(argv)
     if args.merge:
         parse_args(parser, argv)  # (the command recorded in the results)
         try:
-            merge(args.merge, Path(args.out) if args.out else RESULTS / "compare_methods_deep")
+            merge(args.merge, Path(args.out) if args.out else RESULTS / "compare_methods_deep", args.mixed_baselines)
         except (OSError, ValueError, KeyError) as err:
             parser.error(f"cannot merge: {err}")
         return

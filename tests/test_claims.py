@@ -144,3 +144,78 @@ def test_the_registry_names_existing_documents_and_results():
             assert set(claim["values"]) <= set(re.findall(r"\{(\w+)", claim["text"])), claim
         else:
             assert claim["numbers"] and claim["near"], claim
+
+
+def _timing_claims():
+    """Claims quoted from a results file that holds timings (benchmarks/provenance.py's KINDS)."""
+    from benchmarks.provenance import kinds_of
+
+    return [c for c in claims() if "timing" in kinds_of(ROOT / c["source"])]
+
+
+def _blocks(text: str) -> list[str]:
+    return re.split(r"\n\s*\n", text)
+
+
+def _claim_block(claim) -> int:
+    """The index of the document's block (paragraph, list, table) that holds the claim."""
+    quoted = _flat(claim["near"] if "numbers" in claim else formatted(claim))
+    blocks = [_flat(b) for b in _blocks((ROOT / claim["doc"]).read_text())]
+    found = [i for i, block in enumerate(blocks) if quoted in block]
+    assert found, f"{claim['doc']}: the claim {quoted[:60]!r} is not inside one paragraph"
+    return found[0]
+
+
+def _twins(path: Path) -> set:
+    return {path.with_suffix(".json").resolve(), path.with_suffix(".md").resolve()}
+
+
+@pytest.mark.parametrize("claim", _timing_claims(), ids=lambda c: f"{c['doc']}: {c.get('text') or c.get('near')}"[:60])
+def test_a_quoted_timing_is_dated_by_its_file(claim):
+    """A timing is a dated snapshot: the paragraph that quotes it (or the one right after a table) carries the
+    stamp of its results file, the date, commit and machine it was measured on (``python
+    benchmarks/provenance.py --stamps`` writes them)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.provenance import stamps_in
+
+    document = ROOT / claim["doc"]
+    index = _claim_block(claim)
+    blocks = _blocks(document.read_text())
+    near = "\n\n".join(blocks[index:index + 2])
+    linked = [path for match, path in stamps_in(document) if match[0] in near]
+    assert _twins(ROOT / claim["source"]) & set(linked), \
+        f"{claim['doc']}: the paragraph quoting {claim['source']} has no stamp of it; add " \
+        f"`_[measured](relative/path/to/{Path(claim['source']).name})_` and run python benchmarks/provenance.py --stamps"
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
+def test_every_stamp_is_rendered_from_its_file(document):
+    """A stamp says what its results file records, so it cannot drift from it."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.provenance import stamp, stamps_in
+
+    for match, path in stamps_in(document):
+        assert path.is_file(), f"{document.name}: a stamp links to {match['link']}, which does not exist"
+        assert match["text"] == stamp(path), \
+            f"{document.name}: {match['text']!r} is not {stamp(path)!r}: run python benchmarks/provenance.py --stamps"
+
+
+def test_a_stamp_that_drifts_from_its_file_is_caught_and_written_again(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.provenance import stamp, stamps_in, write_stamps
+
+    source = ROOT / "benchmarks" / "results" / "gn_cost.md"
+    document = tmp_path / "doc.md"
+    document.write_text(f"It took 3 s. _[measured 1999-01-01 at commit 000000000000 on a toaster]({source})_\n")
+    (match, path), = stamps_in(document)
+    assert path == source and match["text"] != stamp(source)
+    assert write_stamps([document]) == [document]
+    (match, path), = stamps_in(document)
+    assert match["text"] == stamp(source) and "commit " + stamp(source).split("commit ")[1][:12] in match["text"]
+    assert write_stamps([document]) == []  # nothing left to write

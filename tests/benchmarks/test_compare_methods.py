@@ -41,9 +41,11 @@ def test_merge_combines_seeds_of_a_model_and_refuses_a_measurement_twice(tmp_pat
     assert cell["n"] == 3 and cell["mean"] == pytest.approx(0.815)
     assert summary["ours+correction"]["0.65,0.50"]["head_top1"]["mean"] == pytest.approx(0.835)
     assert summary["snapvit"]["0.65,0.50"]["head_top1"]["n"] == 1
-    assert merged["settings"]["seeds"] == [0, 1, 2] and "interrupted" in merged["merged_from"][0]
+    assert merged["settings"]["seeds"] == [0, 1, 2] and merged["merged_from"][0]["partial"]
+    assert [i["file"] for i in merged["merged_from"]] == [str(first), str(second)]
     text = (tmp_path / "merged.md").read_text()
     assert "(n=1)" in text and "Merged from 2 runs" in text and "own-head top-1, corrected" in text
+    assert f"| `{first}` (interrupted: its finished methods) | not recorded | d | - |" in text
     assert (tmp_path / "merged.png").stat().st_size > 0 and (tmp_path / "merged_flops.png").stat().st_size > 0
     with pytest.raises(ValueError, match="ours seed 1"):
         merge([second, second], tmp_path / "again")
@@ -174,3 +176,23 @@ def test_the_deep_report_names_the_correction_its_runs_were_given_and_refuses_a_
         merge_deep(given, tmp_path / "mixed")
     merge(given[2:], tmp_path / "plain")  # compare_methods.py's own report is left as it is
     assert "SparseGPT-style" in (tmp_path / "plain.md").read_text()
+
+
+def test_merge_lists_each_run_with_its_commit_and_baseline_and_refuses_mixed_baselines(tmp_path):
+    """Runs made under different regression baselines computed with different code: refused, or merged marked."""
+    def made(name, seeds, baseline):
+        data = report(seeds, ["ours"])
+        data["provenance"] = {"commit": f"{name * 40}", "date": "2026-12-07 10:00", "baseline": baseline}
+        return write(tmp_path, name, data)
+
+    first, second, third = made("a", [0], "111111111111"), made("b", [1], "111111111111"), made("c", [2], "222222222222")
+    merged = merge([first, second], tmp_path / "same")
+    assert [(i["commit"], i["baseline"]) for i in merged["merged_from"]] == [("a" * 12, "111111111111"),
+                                                                            ("b" * 12, "111111111111")]
+    with pytest.raises(ValueError, match="different regression baselines \\(111111111111, 222222222222\\)"):
+        merge([first, second, third], tmp_path / "mixed")
+    assert not (tmp_path / "mixed.json").exists()
+    merge([first, second, third], tmp_path / "mixed", mixed_baselines=True)
+    text = (tmp_path / "mixed.md").read_text()
+    assert f"| `{third}` | {'c' * 12} | 2026-12-07 10:00 | **222222222222 (another baseline)** |" in text
+    assert f"| `{first}` | {'a' * 12} | 2026-12-07 10:00 | 111111111111 |" in text
