@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -240,6 +241,22 @@ def commands_for(paths: list[Path]) -> list[tuple[str, list[Path]]]:
                 if path not in written:
                     written.append(path)
     return list(found.items())
+
+
+def with_inputs(paths: list[Path]) -> list[Path]:
+    """``paths`` with, before each merged file, the runs its ``--merge`` command read (measured first)."""
+    out: list[Path] = []
+    for path in paths:
+        for record in records(path):
+            words = shlex.split((record or {}).get("command", ""))
+            if "--merge" in words:
+                start = words.index("--merge") + 1
+                end = next((i for i in range(start, len(words)) if words[i].startswith("-")), len(words))
+                inputs = [ROOT / w for w in words[start:end]]
+                out += [p for p in with_inputs([p for p in inputs if p.is_file()]) if p not in out]
+        if path not in out:
+            out.append(path)
+    return out
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -185,14 +185,14 @@ def resting_on(changed: list[str]) -> list[Path]:
     the ``changed`` files (all of them when a run did not record its files, or when nothing recorded changed: a
     dependency's release, say). Records of past decisions (``research/``) are not measured again: they are quoted
     with the commit they measured."""
-    from benchmarks.provenance import RECORDS, kinds_of, quoted_files, records, results_files
+    from benchmarks.provenance import RECORDS, kinds_of, quoted_files, records, results_files, with_inputs
 
     quoted = quoted_files()
     candidates = [p for p in results_files() if p in quoted and "accuracy" in kinds_of(p)
                   and not str(p.relative_to(ROOT)).startswith(RECORDS)]
     found = []
-    for path in candidates:
-        used = [r.get("files") if r else None for r in records(path)]
+    for path in candidates:  # (a merged file rests on what its input runs used)
+        used = [r.get("files") if r else None for run in with_inputs([path]) for r in records(run)]
         if not changed or any(files is None or set(files) & set(changed) for files in used):
             found.append(path)
     return found

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import (  # noqa: E402
-    RECORDS, commands_for, kinds_of, quoted_files, results_files, write_stamps,
+    RECORDS, commands_for, kinds_of, quoted_files, results_files, with_inputs, write_stamps,
 )
 
 
@@ -36,23 +36,6 @@ def quoted_timings() -> list[Path]:
     quoted = quoted_files()
     return [p for p in results_files() if p in quoted and "timing" in kinds_of(p)
             and not str(p.relative_to(ROOT)).startswith(RECORDS)]
-
-
-def with_inputs(paths: list[Path]) -> list[Path]:
-    """``paths`` with, before each merged file, the runs its ``--merge`` command read (measured first)."""
-    from benchmarks.provenance import records
-
-    out: list[Path] = []
-    for path in paths:
-        for record in records(path):
-            words = shlex.split((record or {}).get("command", ""))
-            if "--merge" in words:
-                start = words.index("--merge") + 1
-                inputs = [ROOT / w for w in words[start:] if w.endswith(".json") and not w.startswith("-")]
-                out += [p for p in with_inputs([p for p in inputs if p.is_file()]) if p not in out]
-        if path not in out:
-            out.append(path)
-    return out
 
 
 def run(command: str) -> int:

@@ -1,6 +1,9 @@
 """Measured CPU speedup of pruned models against their FLOPs reduction (issue goal: >= 0.9x). Not run in CI.
 
-    python benchmarks/throughput.py --run runs/prune/<timestamp> [--threads 1,2] [--rounds 7]
+    python benchmarks/throughput.py [--run runs/prune/<timestamp>] [--threads 1,2] [--rounds 7]
+
+Without ``--run`` it first runs ``python prune.py`` (the demo config: the default score on the reference model) with
+the paper's six (mlp, head) pairs as budgets, in a temporary folder, and times those models.
 
 CPU timings on a shared machine drift by 10-20% within minutes, which is larger than the effect
 measured. So the dense model and every pruned model of the run are timed in alternating rounds
@@ -13,7 +16,9 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,9 +32,21 @@ from benchmarks.common import parse_args, write_results  # noqa: E402
 from snapvit_pl.models import count_flops, input_shape, load_pruned  # noqa: E402
 
 
+def paper_pairs_run(folder: Path) -> Path:
+    """``python prune.py`` (the demo config) cutting the paper's six pairs into ``folder``, no evaluation."""
+    from snapvit_pl.elastic import PAPER_PAIRS
+
+    budgets = "[" + ", ".join(f"{{mlp_ratio: {m}, head_ratio: {h}}}" for m, h in PAPER_PAIRS) + "]"
+    subprocess.run([sys.executable, str(ROOT / "prune.py"), "--out_dir", str(folder), f"--export.budgets={budgets}",
+                    "--evaluation.metrics=[]", "--report.plots=false", "--report.print_table=false", "--progress=off"],
+                   cwd=ROOT, check=True)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", required=True, help="a prune.py run directory (its models/ are timed)")
+    parser.add_argument("--run", default=None, help="a prune.py run directory (its models/ are timed; default: the "
+                        "paper's six pairs cut by prune.py's demo config, made first)")
     parser.add_argument("--dense", default=str(ROOT / "assets" / "reference_vit_fmnist"), help="the dense checkpoint")
     parser.add_argument("--threads", default="1,2", help="torch thread counts to measure")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -37,9 +54,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timed forwards per model and round (median)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "throughput"))
     args = parse_args(parser)
-    model_dirs = sorted(p for p in (Path(args.run) / "models").iterdir() if (p / "architecture.json").is_file())
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(args.run) if args.run else paper_pairs_run(Path(tmp) / "run")
+        measure(args, run)
+
+
+def measure(args: argparse.Namespace, run: Path) -> None:
+    """Time the dense model and ``run``'s pruned models; write the results."""
+    model_dirs = sorted(p for p in (run / "models").iterdir() if (p / "architecture.json").is_file())
     if not model_dirs:
-        raise SystemExit(f"error: {args.run}/models has no pruned checkpoints; give a prune.py run directory")
+        raise SystemExit(f"error: {run}/models has no pruned checkpoints; give a prune.py run directory")
     models = {"dense": load_pruned(args.dense)[0].eval(), **{p.name: load_pruned(p)[0].eval() for p in model_dirs}}
     flops = {name: count_flops(m) for name, m in models.items()}
     shape = input_shape(models["dense"])
@@ -62,7 +86,7 @@ def main() -> None:
                 "speedup": statistics.median(speedups), "speedup_min": min(speedups), "speedup_max": max(speedups)}
         print(f"{threads} thread(s): " + ", ".join(f"{n} {v['speedup']:.2f}x/{v['flops_reduction']:.2f}x"
                                                   for n, v in results[str(threads)].items()), flush=True)
-    report = {"benchmark": "benchmarks/throughput.py", "run": args.run, "batch_size": args.batch_size, "rounds": args.rounds,
+    report = {"benchmark": "benchmarks/throughput.py", "run": args.run or "the paper's six pairs (made first)", "batch_size": args.batch_size, "rounds": args.rounds,
               "repeats": args.repeats, "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d %H:%M"), "total_s": round(time.perf_counter() - started, 1), "threads": results}
     # the range the docs quote: speedup / FLOPs reduction over the pruned models, per thread count
@@ -71,7 +95,7 @@ def main() -> None:
         efficiency = [v["speedup"] / v["flops_reduction"] for n, v in rows.items() if n != "dense"]
         report["efficiency"][threads] = {"min": min(efficiency), "max": max(efficiency)}
     lines = ["# Measured CPU speedup vs FLOPs reduction", "",
-             f"`python benchmarks/throughput.py --run {args.run}`, {report['date']}, {report['cpu']}, batch {args.batch_size}, "
+             f"`python benchmarks/throughput.py{f' --run {args.run}' if args.run else ''}`, {report['date']}, {report['cpu']}, batch {args.batch_size}, "
              f"{args.rounds} alternating rounds x {args.repeats} timed forwards per model ({report['total_s']:.0f} s). Speedup = "
              "median over rounds of (pruned images/s) / (dense images/s in the same round); min-max over rounds in brackets; "
              "efficiency = speedup / FLOPs reduction (goal >= 0.90): "
@@ -84,7 +108,7 @@ def main() -> None:
                   f"({v['speedup_min']:.2f}-{v['speedup_max']:.2f}) | {v['speedup'] / v['flops_reduction']:.2f} |"
                   for name, v in rows.items()]
         lines.append("")
-    write_results(Path(args.out), report, "\n".join(lines), args, round_values=False)
+    write_results(Path(args.out), report, "\n".join(lines), args, round_values=False, subprocesses=True)
     print("\n".join(lines))
 
 

@@ -51,7 +51,7 @@ def test_differences_name_the_variant_and_the_number():
 def test_the_files_that_rest_on_a_changed_module_are_the_quoted_accuracy_files_that_used_it():
     """Timing files never (they are dated snapshots), records of past decisions never (they are quoted with their
     commit), accuracy files whose runs used the changed file always."""
-    from benchmarks.provenance import records
+    from benchmarks.provenance import records, with_inputs
 
     compare = ROOT / "benchmarks" / "results" / "compare_methods.json"
     used = records(compare)[0]["files"]
@@ -61,8 +61,9 @@ def test_the_files_that_rest_on_a_changed_module_are_the_quoted_accuracy_files_t
     names = {str(p.relative_to(ROOT)) for p in resting}
     assert "benchmarks/results/correction_cost.json" not in names and "benchmarks/results/throughput.json" not in names
     assert not any(name.startswith("benchmarks/results/research/") for name in names)
-    assert regression.resting_on(["snapvit_pl/no_such_module.py"]) == [
-        p for p in resting if any(r is None or r.get("files") is None for r in records(p))]  # unrecorded runs only
+    unrecorded = [p for p in resting if any(r is None or r.get("files") is None
+                                            for run in with_inputs([p]) for r in records(run))]
+    assert regression.resting_on(["snapvit_pl/no_such_module.py"]) == unrecorded  # runs that did not record files
 
 
 def test_a_failure_names_the_results_to_measure_again_and_the_command(tmp_path, monkeypatch):
