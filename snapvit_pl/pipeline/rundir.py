@@ -135,20 +135,25 @@ class RunFolder:
         wrote (the folder too, when this run made it). Returns whether progress was kept."""
         from .resume import has_progress
 
-        held = self.held
-        self.close()
-        if not held:  # never this run's (refused, or another run holds it): nothing to undo
+        if not self.held:  # never this run's (refused, or another run holds it): nothing to undo
             return False
-        if has_progress(self.path):
+        if has_progress(self.path):  # progress a resume continues from
+            self.close()
             return True
         if self._before is None:  # (the folder of a run this one continues: nothing of it is undone)
+            self.close()
             return False
+        # what this run wrote is removed while the lock is still held (no other run can have started in the folder),
+        # then the lock is given up; a folder this run made goes last, unless another run has taken it since
+        for path in self.path.iterdir():
+            if path.name != DirectoryLock.FILE and path.name not in self._before:
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        self.close()
         if self.created:
-            shutil.rmtree(self.path, ignore_errors=True)
-        else:
-            for path in self.path.iterdir():
-                if path.name not in self._before and path.name != DirectoryLock.FILE:
-                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            try:
+                self.path.rmdir()
+            except OSError:  # another run's lock (or files) in it now: the folder is that run's
+                pass
         return False
 
     def __enter__(self) -> "RunFolder":
