@@ -28,14 +28,26 @@ def distributed(trainer: pl.Trainer) -> Distributed:
 
 
 def events(trainer: pl.Trainer, pipeline: Pipeline) -> RunEvents:
-    """The trainer's logger hears the search's fitness, the report's figures and metrics (none without a logger)."""
-    logger = trainer.logger
-    if logger is None:
+    """The trainer's loggers hear the search's fitness, the report's figures (those that draw them: TensorBoard's)
+    and metrics (none without a logger)."""
+    loggers = list(trainer.loggers)
+    if not loggers:
         return RunEvents()
-    experiment: Any = getattr(logger, "experiment", None)
-    on_figure = (lambda name, fig: experiment.add_figure(f"report/{name}", fig)) if hasattr(experiment, "add_figure") else None
-    return RunEvents(log_metrics=lambda metrics, step: logger.log_metrics(metrics, step=step), on_figure=on_figure,
-                     on_report=lambda report: log_report(logger, report))
+    drawing = [e for e in (getattr(logger, "experiment", None) for logger in loggers) if hasattr(e, "add_figure")]
+
+    def log_metrics(metrics: dict[str, float], step: int) -> None:
+        for logger in loggers:
+            logger.log_metrics(metrics, step=step)
+
+    def on_figure(name: str, figure: Any) -> None:
+        for experiment in drawing:
+            experiment.add_figure(f"report/{name}", figure)
+
+    def on_report(report: dict[str, Any]) -> None:
+        for logger in loggers:
+            log_report(logger, report)
+
+    return RunEvents(log_metrics=log_metrics, on_figure=on_figure if drawing else None, on_report=on_report)
 
 
 def bind_trainer(pipeline: Pipeline, trainer: pl.Trainer) -> None:

@@ -52,14 +52,16 @@ class ScoresReader(pl.Callback):
 
 
 def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, reader: bool = False,
-            overwrite: bool = False, plain: bool = False, wait: bool = False) -> PruningModule:
+            overwrite: bool = False, plain: bool = False, wait: bool = False, logger: Any = None,
+            metrics: Optional[list[str]] = None) -> PruningModule:
     """Build and fit the composed run; returns the module (its pipeline holds what each stage made)."""
     pl.seed_everything(0)
     module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
     module.configure_pipeline(PipelineSettings(
         search=SearchSettings(max_evaluations=0, num_images=IMAGES, batch_size=32, pca_components=8),
         export=ExportSettings(budgets=[{"flops": 0.6}], split_grid=0, split_candidates=3),
-        evaluation=EvaluationSettings(metrics=[]), report=ReportSettings(print_table=False, plots=False)),
+        evaluation=EvaluationSettings(metrics=metrics or [], train_samples=20, val_samples=20, knn_k=3),
+        report=ReportSettings(print_table=False, plots=False)),
         run_dir=out_dir, progress="off", overwrite=overwrite)
     data = ClassificationDataModule(source="fashion_mnist", max_samples=IMAGES, batch_size=16, seed=0)
     callbacks: list[Any] = [c() for c in STAGE_CALLBACKS if c.__name__ != without]
@@ -68,6 +70,8 @@ def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, read
     strategy: Any = PruningDDPStrategy() if devices > 1 else "auto"
     quiet = {} if plain else {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
                               "enable_model_summary": False}
+    if logger is not None:
+        quiet["logger"] = logger
     trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, callbacks=callbacks,
                          use_distributed_sampler=False, max_epochs=1, **quiet)
     if wait:

@@ -259,3 +259,44 @@ def test_two_composed_runs_started_together_on_one_new_folder_one_runs_the_other
     refused = next(err for code, err in results if code != 0)
     assert "ConfigError" in refused and ("in use by another run" in refused or "already holds results" in refused)
     assert json.loads((run / "report.json").read_text())["pruned"] and not (run / ".lock").exists()
+
+
+@pytest.mark.parametrize("kind", ["csv", "own"])
+def test_a_composed_run_logs_to_any_lightning_logger(tmp_path, kind):
+    """Issue 77: a CSVLogger crashed the run at its end (the hyperparameters were passed with the metrics, as only
+    TensorBoard's logger takes them). Lightning's logger interface as documented: ``log_hyperparams(params)`` and
+    ``log_metrics(metrics, step)``; both get the run's numbers."""
+    from pytorch_lightning.loggers import CSVLogger, Logger
+    from pytorch_lightning.utilities import rank_zero_only
+
+    class Recorder(Logger):  # the minimal logger of Lightning's documentation
+        def __init__(self):
+            super().__init__()
+            self.params, self.metrics = [], []
+
+        @property
+        def name(self):
+            return "recorder"
+
+        @property
+        def version(self):
+            return "0"
+
+        @rank_zero_only
+        def log_hyperparams(self, params):
+            self.params.append(params)
+
+        @rank_zero_only
+        def log_metrics(self, metrics, step=None):
+            self.metrics.append(metrics)
+
+    logger = CSVLogger(tmp_path / "logs") if kind == "csv" else Recorder()
+    compose(tmp_path / "run", logger=logger, metrics=["knn"])
+    assert (tmp_path / "run" / "report.json").is_file()
+    if kind == "csv":
+        hparams = (Path(logger.log_dir) / "hparams.yaml").read_text()
+        columns = (Path(logger.log_dir) / "metrics.csv").read_text().splitlines()[0]
+        assert "scorer: gn_greedy" in hparams and "dense/knn_top1" in columns and "flops0.6/knn_top1" in columns
+    else:
+        assert logger.params[-1]["scorer"] == "gn_greedy"
+        assert {"dense/knn_top1", "flops0.6/knn_top1"} <= set(logger.metrics[-1])
