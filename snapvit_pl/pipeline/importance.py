@@ -122,6 +122,7 @@ class ImportancePass:
                  all_reduce_sum: Optional[AllReduceSum] = None, batches: Optional[int] = None,
                  progress: ProgressMode | bool = False):
         self.scorer = scorer.bind(model, context)
+        self.model = model
         #: passes over the data (0: a data-free scorer)
         self.passes = self.scorer.passes if self.scorer.requires_data else 0
         self.finished = 0  # passes ended
@@ -144,7 +145,7 @@ class ImportancePass:
             self.scorer.next_pass()
             return None
         self.bar.close()
-        return self.scorer.compute()
+        return self.scorer.compute().validate(self.model, scorer=self.scorer.name)
 
     def run(self, batches: Iterable[Any], end_pass: Optional[Callable[[], Optional[LocalScores]]] = None) -> LocalScores:
         """Every pass over ``batches`` (none for a data-free scorer); returns the local scores. ``end_pass``: what

@@ -123,28 +123,42 @@ class LocalScores:
         transform = _within_block_rank if allocation == "uniform" else _standardized
         return LocalScores([transform(h) for h in self.heads], [transform(n) for n in self.neurons])
 
-    def validate(self, model_or_blocks: nn.Module | Sequence[BlockUnits]) -> "LocalScores":
+    def validate(self, model_or_blocks: nn.Module | Sequence[BlockUnits], scorer: Optional[str] = None
+                 ) -> "LocalScores":
         """Check the scores fit a model (block count, units per block, finite values); returns self.
 
+        Args:
+            model_or_blocks: the model the scores are for (or its :func:`prunable_blocks`).
+            scorer: the name of the scorer that just computed them (the refusal names it and says what a scorer
+                must return); None: scores read from a file.
+
         Raises:
-            CheckpointError: naming the first mismatch.
+            ScoringError: (``scorer`` given) naming the scorer, the unit kind, the block and the first bad index.
+            CheckpointError: (scores read from a file) naming the first mismatch.
         """
         blocks = prunable_blocks(model_or_blocks) if isinstance(model_or_blocks, nn.Module) else model_or_blocks
+        problem = self._first_problem(blocks)
+        if problem is None:
+            return self
+        if scorer is not None:
+            raise ScoringError(f"the {scorer} scorer computed {problem}: a scorer returns one finite score per head "
+                               "and per MLP neuron of every block (LocalScores)")
+        raise CheckpointError(f"{problem}; these scores belong to another model or are damaged")
+
+    def _first_problem(self, blocks: Sequence[BlockUnits]) -> Optional[str]:
         if len(self.heads) != len(blocks) or len(self.neurons) != len(blocks):
-            raise CheckpointError(
-                f"scores cover {len(self.heads)} attention / {len(self.neurons)} MLP blocks but the model has "
-                f"{len(blocks)} blocks; these scores belong to another model"
-            )
+            return (f"scores for {len(self.heads)} attention / {len(self.neurons)} MLP blocks, but the model has "
+                    f"{len(blocks)} blocks")
         for block, h, n in zip(blocks, self.heads, self.neurons):
             for what, scores, group in (("heads", h, block.heads), ("MLP neurons", n, block.neurons)):
                 if scores.numel() != group.num_units:
-                    raise CheckpointError(
-                        f"block {block.index} {what}: {scores.numel()} scores for {group.num_units} units; "
-                        "these scores belong to another model"
-                    )
-                if not bool(torch.isfinite(scores).all()):
-                    raise CheckpointError(f"block {block.index} {what}: non-finite scores")
-        return self
+                    return f"{scores.numel()} scores for block {block.index}'s {group.num_units} {what}"
+                bad = (~torch.isfinite(scores)).nonzero().flatten()
+                if bad.numel():
+                    first = int(bad[0])
+                    return (f"a non-finite score ({float(scores[first])}) for block {block.index}'s {what[:-1]} "
+                            f"{first}" + (f" (and {bad.numel() - 1} more)" if bad.numel() > 1 else ""))
+        return None
 
 
 # -- the interface -----------------------------------------------------------------------------

@@ -78,3 +78,48 @@ def test_train_views_left_at_the_default_or_those_the_scorer_needs_are_accepted(
     prepare_pruning_data(dm, model, scorer)  # twice (a second set-up, another DDP hook): the same views
     assert dm.train_views == ("labeled" if isinstance(scorer, LabelFisher) else
                               "multicrop" if isinstance(scorer, SSLFisher) else "plain")
+
+
+@pytest.fixture
+def broken():
+    """A user's scorer (docs/python.md, "Your own scorer") whose scores go wrong in one of three ways (registered
+    as it is defined, so removed from the registry after the test)."""
+    from snapvit_pl.scoring import SCORERS
+
+    class Broken(Magnitude):
+        name = "broken"
+
+        def __init__(self, how: str = "nan"):
+            super().__init__()
+            self.how = how
+
+        def compute(self):
+            scores = super().compute()
+            if self.how == "nan":
+                scores.heads[1][2] = float("nan")
+            elif self.how == "inf":
+                scores.heads = [torch.full_like(h, float("inf")) for h in scores.heads]
+            else:
+                scores.neurons[0] = scores.neurons[0][:-1]
+            return scores
+
+    yield Broken
+    SCORERS.pop("broken", None)
+
+
+@pytest.mark.parametrize("how, message", [
+    ("nan", r"the broken scorer computed a non-finite score \(nan\) for block 1's head 2: a scorer returns one finite"),
+    ("inf", r"a non-finite score \(inf\) for block 0's head 0 \(and \d+ more\)"),
+    ("short", r"the broken scorer computed \d+ scores for block 0's \d+ MLP neurons: a scorer returns one finite"),
+])
+def test_scores_a_scorer_gets_wrong_are_refused_naming_the_scorer_unit_and_index(model, broken, how, message):
+    """Issue 77: a custom scorer's NaN was accepted (a model cut, exit 0); all-inf scores were refused as 'every unit
+    would be removed'; a short vector as scores 'for ? with heads [4, 4], but the model has heads [4, 4]'."""
+    import snapvit_pl
+    from snapvit_pl.scoring.base import ScoringError
+
+    with pytest.raises(ScoringError, match=message):
+        local_importance(broken(how), model, [])
+    images = torch.randn(4, *model.pretrained_cfg["input_size"]) if hasattr(model, "pretrained_cfg") else None
+    with pytest.raises(ScoringError, match=message):
+        snapvit_pl.fit_elastic(model, [images], scorer=broken(how), progress=False)

@@ -245,11 +245,11 @@ def test_local_scores_round_trip_and_validation():
     back = LocalScores.from_dict(scores.to_dict())
     assert all(torch.equal(a, b) for a, b in zip(back.heads + back.neurons, scores.heads + scores.neurons))
     assert LocalScores.from_dict({"heads": scores.heads, "neurons": scores.neurons}).num_blocks == 2
-    with pytest.raises(CheckpointError, match="cover 1 attention / 1 MLP blocks but the model has 2"):
+    with pytest.raises(CheckpointError, match="scores for 1 attention / 1 MLP blocks, but the model has 2 blocks"):
         LocalScores(scores.heads[:1], scores.neurons[:1]).validate(model)
-    with pytest.raises(CheckpointError, match="block 1 MLP neurons: 3 scores for 256 units"):
+    with pytest.raises(CheckpointError, match="3 scores for block 1's 256 MLP neurons; these scores belong to"):
         LocalScores(scores.heads, [scores.neurons[0], torch.ones(3)]).validate(model)
-    with pytest.raises(CheckpointError, match="block 0 heads: non-finite"):
+    with pytest.raises(CheckpointError, match=r"a non-finite score \(nan\) for block 0's head 0 \(and 3 more\)"):
         LocalScores([torch.full((4,), float("nan")), scores.heads[1]], scores.neurons).validate(model)
     with pytest.raises(CheckpointError, match="'heads' and 'neurons'"):
         LocalScores.from_dict({"heads": []})
