@@ -218,6 +218,9 @@ def check_trainer(trainer: pl.Trainer) -> None:
                           "across processes with its own DDP; pass strategy=snapvit_pl.lightning.strategy."
                           "PruningDDPStrategy() (prune.py: --trainer.strategy ddp)")
     check_precision(getattr(trainer, "precision", TRAINER_PRECISION))
+    if getattr(getattr(trainer, "fit_loop", None), "max_epochs", None) == 0:
+        raise ConfigError("Trainer(max_epochs=0): the run would stop before its importance pass, and no later stage "
+                          "could run; leave max_epochs unset (the module runs one epoch per importance pass)")
     check_composed(trainer)  # the options prune.py refuses, in the same words
 
 

@@ -93,6 +93,7 @@ def test_two_processes_make_the_single_process_scores(prune_py, tmp_path):
     ({"overfit_batches": 1}, r"Trainer\(overfit_batches=1\): scores a share of the images"),
     ({"limit_train_batches": 2}, r"Trainer\(limit_train_batches=2\): scores a share of the images"),
     ({"max_steps": 3}, r"Trainer\(max_steps=3\): scores a share of the images"),
+    ({"max_epochs": 0}, r"Trainer\(max_epochs=0\): the run would stop before its importance pass, and no later stage"),
     ({"accumulate_grad_batches": 2}, r"Trainer\(accumulate_grad_batches=2\): a pruning run trains nothing .* nothing "
                                      r"accumulates"),
 ])
