@@ -11,12 +11,13 @@ For each block in order, the calibration hidden states entering it come from the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, Optional, Union
 
 import torch
 from torch import nn
 
+from ..errors import ConfigError
 from ..models.surgery import prune_
 from ..models.tokens import block_kwargs, embed_tokens
 from ..models.units import Subnet, prunable_blocks
@@ -35,6 +36,12 @@ Refit = one_of("pruned", "following")
 
 # (unit group, the Linear whose input columns it owns), in the order they are corrected.
 _STAGES = (("heads", "proj"), ("neurons", "fc2"))
+
+
+#: The settings that only some correction methods read (any other method refuses a value other than the default).
+METHOD_SETTINGS = {"refit": ("dense_fit",), "output_weight": ("dense_fit",), "reconstruct_steps": ("dense_fit",),
+                   "reconstruct_lr": ("dense_fit",), "block_size": ("sparsegpt",),
+                   "damping": ("sparsegpt", "dense_fit"), "damp_fraction": ("sparsegpt", "dense_fit")}
 
 
 @dataclass
@@ -85,6 +92,12 @@ class CorrectionSettings:
 
     def __post_init__(self) -> None:
         check_fields(self, "correction")
+        for name, methods in METHOD_SETTINGS.items():
+            value, default = getattr(self, name), next(f.default for f in fields(self) if f.name == name)
+            if self.method not in methods and value != default:
+                raise ConfigError(f"correction.{name} {value!r} applies to correction.method {' or '.join(methods)} "
+                                  f"only, and the method is {self.method}; remove it, or choose the method it "
+                                  "applies to")
 
     def active(self, device: torch.device | str) -> bool:
         """Whether models cut on ``device`` are corrected: ``enabled``, with ``auto`` meaning any device but the CPU."""

@@ -329,14 +329,21 @@ def resolve(
                            ranked=ranked)
         return select(*path(0.0)), *path(0.0)
     smallest = cost_at(t_end)
+    if smallest > target and metric in ("params", "flops") and target == value and value < MISREAD_FRACTION:
+        unit = "FLOPs" if metric == "flops" else "parameters"
+        raise PruningSpecError(
+            f"{metric} budget {budget.describe()} (read as a count: a fraction of the dense model is <= 1) is no "
+            f"model: as a fraction it would keep {value:.0%} of the dense model, as a count {value:g} {unit} of its "
+            f"{dense:.4g}; give a fraction <= 1 (e.g. {{{metric}: 0.5}}) or a count of {unit}")
     if smallest > target:
         split = "" if head_ratio is None else f" with head_ratio {head_ratio:.3f}"
         asked = budget.describe() + (" (read as a count: a fraction of the dense model is <= 1)"
                                      if metric in ("params", "flops") and target == value else f" ({target:.4g})")
         rounding = (f" with MLP widths rounded up to multiples of {mlp_multiple} (export.mlp_multiple)"
                     if mlp_multiple > 1 else "")
+        kind = "sparsity" if budget.sparsity is not None else metric
         raise PruningSpecError(
-            f"{metric} budget {asked} is too low, unreachable{split}: the minimum keep ratios (MLP {min_mlp_keep}, heads "
+            f"{kind} budget {asked} is too low, unreachable{split}: the minimum keep ratios (MLP {min_mlp_keep}, heads "
             f"{min_head_keep}){rounding} leave at least {smallest:.4g} ({smallest / dense:.1%} of dense); raise the "
             f"budget or lower the keep ratios (importance.min_mlp_keep, importance.min_head_keep)"
             + (" or export.mlp_multiple" if mlp_multiple > 1 else "")
@@ -350,6 +357,10 @@ def resolve(
             lo = mid
     m, h = path(hi)
     return select(m, h), m, h
+
+
+#: A params or FLOPs budget above 1 (a count) but below this is no model's count: a fraction written above 1.
+MISREAD_FRACTION = 100.0
 
 
 def max_prune_ratio(scores: Sequence[torch.Tensor], min_keep_ratio: float) -> float:

@@ -288,7 +288,9 @@ def choose_splits(
         try:
             _, _, schedule_h = resolve(budget, heads, neurons, cost, *keep_args, ranked=ranked)
         except PruningSpecError:
-            if requested:
+            if requested:  # the refusal in the budget's own words ({sparsity: 0.8}, not the {params: 0.2} it reads as)
+                asked = next(b for b in budgets if b.label() == label)
+                resolve(asked, heads, neurons, cost, *keep_args, ranked=ranked)
                 raise
             continue  # a grid point below what the keep ratios reach
 

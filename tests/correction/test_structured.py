@@ -50,7 +50,7 @@ def test_correction_reduces_feature_error_on_held_out_images(family):
 def test_every_damping_gives_finite_weights(damping):
     model = model_of("dino_vit")
     corrected = correct_and_prune(model, half_subnet(model), smooth_images(16, 0),
-                                  CorrectionSettings(damping=damping, block_size=16))
+                                  CorrectionSettings(method="sparsegpt", damping=damping, block_size=16))
     assert all(torch.isfinite(p).all() for p in corrected.parameters())
 
 
@@ -75,3 +75,18 @@ def test_auto_corrects_on_accelerators_only_and_explicit_settings_win():
     for bad in ("sometimes", 1, "true"):  # (a word is never a switch: the command line and YAML give booleans)
         with pytest.raises(ConfigError, match=f"correction.enabled must be true, false or auto, got {bad!r}"):
             CorrectionSettings(enabled=bad)
+
+
+@pytest.mark.parametrize("method, setting, value, applies", [
+    ("sparsegpt", "refit", "following", "dense_fit"), ("sparsegpt", "reconstruct_steps", 100, "dense_fit"),
+    ("bias", "output_weight", 1.0, "dense_fit"), ("dense_fit", "block_size", 64, "sparsegpt"),
+    ("bias", "damp_fraction", 0.1, "sparsegpt or dense_fit"),
+])
+def test_a_setting_the_chosen_method_does_not_read_is_refused(method, setting, value, applies):
+    """Issue 77: --correction.refit following with --correction.method sparsegpt ran without a word."""
+    from snapvit_pl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"^correction.{setting} {value!r} applies to correction.method {applies} "
+                                          rf"only, and the method is {method}"):
+        CorrectionSettings(method=method, **{setting: value})
+    CorrectionSettings(method=applies.split(" ")[0], **{setting: value})  # where it applies, it is taken

@@ -60,8 +60,11 @@ def test_a_count_above_the_dense_model_is_too_high_and_a_small_one_reads_as_a_co
                                                r"the dense model's"):
         scores.subnet(Budget(params=5e6), cost)
     with pytest.raises(PruningSpecError, match=r"flops budget \{flops: 1.5\} \(read as a count: a fraction of the "
-                                               r"dense model is <= 1\) is too low"):
+                                               r"dense model is <= 1\) is no model: as a fraction it would keep 150% of "
+                                               r"the dense model, as a count 1.5 FLOPs of its .*give a fraction <= 1"):
         scores.subnet(Budget(flops=1.5), cost)
+    with pytest.raises(PruningSpecError, match=r"^params budget \{params: 512\} \(read as a count.*\) is too low"):
+        scores.subnet(Budget(params=512), cost)  # a count, too small for this model: said so as before
 
 
 @pytest.mark.parametrize("budget, label", [

@@ -261,3 +261,12 @@ def test_a_budget_cut_later_with_the_runs_images_gets_the_split_asking_for_it_wo
         metric, keep = item.budget.cost_point(CostModel(model))
         assert item.requested_head_ratio == pytest.approx(scores.splits.head_ratio(metric, keep))
     assert interpolated.state.splits == []
+
+
+def test_a_budget_the_keep_ratios_cannot_reach_is_refused_in_the_words_it_was_asked_in(setup):
+    """Issue 77: {sparsity: 0.99} was refused as 'params budget {params: 0.01} ...', the budget it reads as."""
+    from snapvit_pl.errors import PruningSpecError
+
+    model, images, scores = setup
+    with pytest.raises(PruningSpecError, match=r"^sparsity budget \{sparsity: 0.99\} \(.*\) is too low, unreachable"):
+        choose_splits(model, images, scores, [Budget(sparsity=0.99)], SEARCH, ExportSettings(split_grid=0))
