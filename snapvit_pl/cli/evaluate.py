@@ -117,7 +117,20 @@ def _evaluate(argv: list[str]) -> int:
     report = {"model": described, **result,
               "settings": {"evaluation": dict(args.evaluation.items()), "data": args.data.as_dict()},
               "total_s": round(time.perf_counter() - started, 3)}
-    if args.out:
+    if args.out:  # the report in the file; a few lines on the terminal
         write_json_atomic(args.out, report)
-    print(json.dumps(report, indent=2))
+        print(summary(report, args.out))
+    else:  # the report itself (a pipe's input)
+        print(json.dumps(report, indent=2))
     return 0
+
+
+def summary(report: dict[str, Any], out: str) -> str:
+    """What ``evaluate --out FILE`` prints: the model's size and each metric, one line each, and where the report is."""
+    lines = [f"params {report['params']:,}, FLOPs {report['flops']:,}"]
+    for key, value in report.items():
+        if key.endswith(("_top1", "_top5", "_miou", "_pixel_accuracy")) and value is not None:
+            lines.append(f"{key} {100 * value:.2f}%")
+        elif key == "throughput_images_per_s":
+            lines.append(f"throughput {value:,.0f} images/s (batch {report.get('throughput_batch_size')})")
+    return "\n".join([*lines, f"wrote {out} (the whole report, {report['total_s']:.1f} s)"])
