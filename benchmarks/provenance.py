@@ -170,8 +170,8 @@ def stamp(path: Path) -> str:
            f"on {machine}"
 
 
-#: A timing stamp in a document: ``_[<stamp>](<link to the results file>)_``.
-STAMP = re.compile(r"_\[(?P<text>measured [^\]]*)\]\((?P<link>[^)\s]+)\)_")
+#: A timing stamp in a document: ``_[<stamp>](<link to the results file>)_`` (``_[measured](<link>)_`` is one to fill).
+STAMP = re.compile(r"_\[(?P<text>measured[^\]]*)\]\((?P<link>[^)\s]+)\)_")
 
 
 #: Where docs/ links results files: the site's pages of benchmarks/results/ (docs/hooks/results_pages.py).
