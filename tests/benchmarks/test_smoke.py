@@ -248,7 +248,7 @@ def test_throughput_times_a_runs_models_against_the_dense_one(tmp_path, tiny_pru
 def test_search_speed_times_the_search_and_its_bare_forwards_as_a_pair_in_rounds(tmp_path):
     from benchmarks.search_speed import main
 
-    main(["--evaluations", "2", "--images", "32", "--batch-size", "16", "--rounds", "3", "--out", str(tmp_path / "s")])
+    main(["--evaluations", "2", "--images", "64", "--batch-size", "32", "--rounds", "3", "--out", str(tmp_path / "s")])
     report = json.loads((tmp_path / "s.json").read_text())
     assert len(report["rounds"]) == 3 and all(timed(r["search_s"], r["bare_s"], r["ratio"]) for r in report["rounds"])
     assert set(report["ratio"]) == {"median", "min", "max"} and report["provenance"]["machine"]["torch_threads"] == 1
