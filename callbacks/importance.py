@@ -6,6 +6,7 @@ from typing import Any
 import pytorch_lightning as pl
 
 from snapvit_pl.lightning.pruning_module import PruningModule, StageCallback
+from snapvit_pl.pipeline.inputs import StageInputs
 
 
 class ImportanceCallback(StageCallback):
@@ -21,11 +22,12 @@ class ImportanceCallback(StageCallback):
 
     def setup(self, trainer: pl.Trainer, pl_module: PruningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        pl_module.pipeline.check_data_source(trainer.datamodule)
-        if trainer.datamodule is not None:
+        if pl_module.pipeline.check_data_source(trainer.datamodule):
             pl_module.pipeline.use_datamodule(trainer.datamodule)
             if hasattr(trainer.datamodule, "shard"):  # un-padded: each image once
                 trainer.datamodule.shard(trainer.global_rank, trainer.world_size)
+        elif type(pl_module.pipeline.inputs) is StageInputs:  # a plain loader: the later stages keep its images
+            pl_module.pipeline.use_loader()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         pl_module.pipeline.start_importance(trainer.num_training_batches)

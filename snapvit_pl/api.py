@@ -26,10 +26,10 @@ from .models.modes import eval_mode
 from .models.units import prunable_blocks
 from .pipeline.driver import Pipeline
 from .pipeline.importance import scoring_views
-from .pipeline.inputs import TensorInputs
+from .pipeline.inputs import LoaderInputs, TensorInputs
 from .pipeline.settings import ExportSettings, ImportanceSettings, PipelineSettings
 from .progress import ProgressMode
-from .scoring import Scorer, split_batch
+from .scoring import Scorer
 from .search.settings import SearchSettings
 
 
@@ -85,25 +85,26 @@ def fit_elastic(
                                 export=_settings(export, ExportSettings, "export") or ExportSettings())
     if fitness_images is not None:
         check_images(model, fitness_images, "fitness_images")
-    views = scoring_views(importance.scorer)
-    collected: list[torch.Tensor] = []
     wanted = settings.search.num_images if fitness_images is None else 0
-    batches = _ScoringBatches(loader, views, collected, wanted, crop_seed, model)
+    kept = LoaderInputs(scoring_views(importance.scorer), wanted, 0, crop_seed=crop_seed, model=model,
+                        source="the loader")
+    batches = _ScoringBatches(loader, kept)
     inputs = TensorInputs(fitness_images)
     pipeline = Pipeline(model, settings, spec=spec, inputs=inputs, progress=progress)
     with eval_mode(model):
         pipeline.importance(batches)
         if fitness_images is None and _needs_images(settings):
             if not importance.scorer.requires_data:  # the scorer did not read the loader
-                for _ in batches:
-                    if sum(len(c) for c in collected) >= wanted:
+                for batch in loader:
+                    kept.take(batch)
+                    if kept.kept >= wanted:
                         break
-            if not collected:
+            if not kept.images:
                 raise ConfigError("the search and the head/MLP split choice need plain images, and the loader yields "
                                   "none (multi-crop views, or nothing): pass fitness_images=[N, C, H, W] (e.g. "
                                   "datamodule.unlabeled_images(1000)), or search=SearchSettings(max_evaluations=0) "
                                   "with export=ExportSettings(split='schedule')")
-            inputs.images = torch.cat(collected)[:wanted]
+            inputs.images = kept.fitness_images(settings.search)
         pipeline.search()
         scores = pipeline.choose_splits()
     if spec is None:
@@ -140,28 +141,14 @@ def _settings(value: Any, kind: type, name: str) -> Any:
 
 
 class _ScoringBatches:
-    """The loader's batches in the form the scorer needs, keeping the first ``wanted`` plain images aside (on the
-    first pass); readable again for a scorer of several passes (as often as the loader is)."""
+    """The loader's batches in the form the scorer needs (:meth:`LoaderInputs.take`, which keeps the first plain
+    images aside on the first pass); readable again for a scorer of several passes (as often as the loader is),
+    with the same multi-crop views on every pass."""
 
-    def __init__(self, loader: Iterable[Any], views: str, collected: list[torch.Tensor], wanted: int, crop_seed: int,
-                 model: nn.Module):
-        self.loader, self.views, self.collected, self.wanted, self.model = loader, views, collected, wanted, model
-        self.crop_seed = crop_seed
+    def __init__(self, loader: Iterable[Any], kept: LoaderInputs):
+        self.loader, self.kept = loader, kept
 
     def __iter__(self) -> Iterator[Any]:
-        from .data.transforms import BatchMultiCrop
-
-        multicrop = BatchMultiCrop(seed=self.crop_seed)  # the same views on every pass
-        kept = sum(len(c) for c in self.collected)
+        self.kept.new_pass()
         for batch in self.loader:
-            images, labels = split_batch(batch)
-            check_images(self.model, images, "the loader's images")
-            if images.dim() == 4 and kept < self.wanted:
-                self.collected.append(images[: self.wanted - kept].detach().cpu())
-                kept += len(self.collected[-1])
-            if self.views == "multicrop" and images.dim() == 4:
-                yield multicrop(images)
-            elif self.views == "labeled" and labels is None:
-                raise ConfigError("this scorer needs labels: the loader must yield (images, labels) batches")
-            else:
-                yield batch if self.views != "multicrop" else images
+            yield self.kept.take(batch)

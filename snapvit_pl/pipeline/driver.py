@@ -18,6 +18,7 @@ run's progress (``resume_state.pt``) after the importance pass and every round o
 """
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from contextlib import contextmanager
@@ -50,7 +51,7 @@ from .extraction import (
     throughput_alone, with_timed,
 )
 from .importance import AllReduceSum, ImportancePass
-from .inputs import DataModuleInputs, StageInputs
+from .inputs import DataModuleInputs, LoaderInputs, StageInputs
 from .report import write_report
 from .rundir import RunFolder
 from .resume import RESUME_FILE, check_inputs, check_resume_state, save_resume_state
@@ -303,28 +304,39 @@ class Pipeline:
         yield
         self.state.peak_memory_mb[stage] = round(memory.peak_mb(), 1)
 
-    def check_data_source(self, datamodule: Any) -> None:
-        """Refuse, before any epoch, a Trainer's data the run cannot take its later stages' images from: a DataModule
-        of another kind (the run reads its fitness, calibration and evaluation images through
-        :class:`snapvit_pl.data.VisionDataModule`), or plain loaders (``trainer.fit(module, train_dataloaders=...)``)
-        when no images were given otherwise (:class:`TensorInputs`).
+    def check_data_source(self, datamodule: Any) -> bool:
+        """Whether the run takes its later stages' images from a Trainer's ``datamodule`` (:meth:`use_datamodule`: one
+        of :mod:`snapvit_pl.data`'s, or one with :data:`DATAMODULE_METHODS`) or, when it has none or another kind,
+        from the batches of its train loader (:meth:`use_loader`, unless images were given otherwise, e.g.
+        :class:`TensorInputs`).
 
         Raises:
-            ConfigError: what was given and what to give instead.
+            ConfigError: a plain loader on several processes (each would read all of it).
         """
         from ..data.base import VisionDataModule
 
-        instead = ("fit with one of snapvit_pl.data's DataModules (ClassificationDataModule, ImageFolderDataModule, "
-                   "...), or use snapvit_pl.fit_elastic(model, loader) for a loader of your own")
-        if datamodule is None and type(self.inputs) is StageInputs:
-            raise ConfigError("the Trainer was given data loaders but no DataModule: the importance pass could score "
-                              "them, but the search, the splits and the export need images of their own (fitness, "
-                              f"calibration, evaluation) that a loader does not give; {instead}")
-        missing = [m for m in DATAMODULE_METHODS if not callable(getattr(datamodule, m, None))]
-        if datamodule is not None and not isinstance(datamodule, VisionDataModule) and missing:
-            raise ConfigError(f"the Trainer's DataModule is a {type(datamodule).__name__} without {', '.join(missing)}: "
-                              "a pruning run takes its images for every stage (pruning views, fitness, calibration, "
-                              f"evaluation) through snapvit_pl.data.VisionDataModule's methods; {instead}")
+        if datamodule is not None and (isinstance(datamodule, VisionDataModule)
+                                       or all(callable(getattr(datamodule, m, None)) for m in DATAMODULE_METHODS)):
+            return True
+        if type(self.inputs) is StageInputs and self.dist.world_size > 1:
+            given = "a plain loader" if datamodule is None else f"a {type(datamodule).__name__}"
+            raise ConfigError(f"the Trainer was given {given} on {self.dist.world_size} processes: each would read all "
+                              "of its images (the pruning run shards only its own DataModules); use one process, or "
+                              "one of snapvit_pl.data's DataModules (ClassificationDataModule, ImageFolderDataModule)")
+        return False
+
+    def use_loader(self) -> None:
+        """Take the later stages' images from the batches the importance pass reads (:class:`LoaderInputs`: a
+        composed Trainer fitted on a plain loader, or on a DataModule without :data:`DATAMODULE_METHODS`)."""
+        from .importance import scoring_views
+
+        s = self.settings
+        fitness = s.search.num_images if s.search.max_evaluations > 0 or s.export.split == "fitness" else 0
+        calibration = s.correction.num_samples if s.correction.enabled else 0
+        evaluation = ((s.evaluation.train_samples or sys.maxsize // 2, s.evaluation.val_samples or sys.maxsize // 2)
+                      if set(s.evaluation.metrics) & {"knn", "linear", "head"} else None)
+        self.inputs = LoaderInputs(scoring_views(s.importance.scorer), fitness, calibration, evaluation,
+                                   model=self.model)
 
     def use_datamodule(self, datamodule: Any) -> None:
         """Take the run's data from a DataModule: set it up for the importance pass (the model's input format, the
@@ -434,11 +446,14 @@ class Pipeline:
         return 0 if self.completed("importance") or not scorer.requires_data else scorer.passes
 
     def importance_step(self, batch: Any) -> dict[str, Any]:
-        """Feed one batch to the scorer; returns what to log (e.g. ``{"loss": ...}``)."""
+        """Feed one batch to the scorer; returns what to log (e.g. ``{"loss": ...}``). With a plain loader's inputs
+        (:meth:`use_loader`) the batch is kept for the later stages first, and given the scorer's form."""
         if self._pass is None:
             if self.completed("importance"):
                 return {}
             raise RuntimeError("importance_step before start_importance")
+        if isinstance(self.inputs, LoaderInputs):
+            batch = self.inputs.take(batch)
         return self._pass.step(batch)
 
     def finish_importance(self) -> Optional[LocalScores]:
@@ -450,6 +465,8 @@ class Pipeline:
             raise RuntimeError("finish_importance before start_importance")
         local = self._pass.end_pass()
         if local is None:
+            if isinstance(self.inputs, LoaderInputs):
+                self.inputs.new_pass()
             return None
         self.state.local = local.allocated(self.settings.importance.allocation)
         self._record_scorer_choices(self._pass.scorer.choices())

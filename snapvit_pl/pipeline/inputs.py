@@ -99,3 +99,128 @@ class TensorInputs(StageInputs):
 
     def has_segmentation(self) -> bool:
         return self.evaluation is not None and self.evaluation.seg_train is not None
+
+
+class LoaderInputs(StageInputs):
+    """A run's inputs from the batches of a plain loader: a composed Trainer fitted on ``train_dataloaders=loader``,
+    or on a ``LightningDataModule`` of your own that has only a ``train_dataloader``. The images the importance pass
+    reads are kept as they go by (:meth:`take`), split for each stage as :func:`snapvit_pl.fit_elastic` splits its
+    loader: the first ``search.num_images`` are the fitness images and the first ``correction.num_samples`` the
+    calibration images; when the batches carry labels, the first ``evaluation.train_samples`` are the evaluation's
+    k-NN memory and probe training set and the next ``evaluation.val_samples`` the images it scores (when the loader
+    has fewer, half of them at most are scored, the rest are the memory). Every image is kept once, in memory, on
+    the CPU.
+
+    Args:
+        views: the batches the scorer reads (:func:`snapvit_pl.pipeline.scoring_views`): plain images are turned into
+            multi-crop views for a self-supervised scorer (:class:`snapvit_pl.data.transforms.BatchMultiCrop`, the
+            same views on every pass).
+        fitness: fitness images wanted (0: none).
+        calibration: calibration images wanted (0: none).
+        evaluation: ``(train_samples, val_samples)`` of the evaluation (None: no evaluation).
+        crop_seed: seed of the multi-crop views.
+        model: the model scored (its input format is checked on the first batch).
+        source: how messages name the loader.
+    """
+
+    def __init__(self, views: str, fitness: int, calibration: int, evaluation: Optional[tuple[int, int]] = None,
+                 crop_seed: int = 0, model: Any = None, source: str = "the Trainer's loader"):
+        self.views, self.crop_seed, self.model, self.source = views, crop_seed, model, source
+        self.fitness, self.calibration, self.evaluation = fitness, calibration, evaluation
+        self.wanted = max(fitness, calibration, sum(evaluation) if evaluation else 0)  # (sys.maxsize: all)
+        self.images: list[torch.Tensor] = []
+        self.labels: Optional[list[torch.Tensor]] = []  # None once a batch came without labels
+        self.kept = 0
+        self.new_pass()
+
+    def new_pass(self) -> None:
+        """A pass over the loader starts: its multi-crop views are the first pass's again."""
+        from ..data.transforms import BatchMultiCrop
+
+        self._multicrop = BatchMultiCrop(seed=self.crop_seed)
+
+    def take(self, batch: Any) -> Any:
+        """Keep what the later stages need of ``batch`` and return it in the form the scorer reads.
+
+        Raises:
+            ConfigError: the batch holds no images, or no labels for a scorer that needs them.
+        """
+        from ..errors import DataError
+        from ..models.cost import check_images
+        from ..scoring import split_batch
+
+        try:
+            images, labels = split_batch(batch)
+        except DataError:
+            images, labels = None, None
+        if images is None or not images.is_floating_point():
+            raise ConfigError(f"{self.source} yields {describe_batch(batch)}; a pruning run needs image tensors: "
+                              "[B, C, H, W] batches (or (images, labels) pairs) normalised as the model expects")
+        if self.model is not None and images.dim() == 4 and not self.images:
+            check_images(self.model, images, f"{self.source}'s images")
+        if images.dim() == 4 and self.kept < self.wanted:
+            self.images.append(images[: self.wanted - self.kept].detach().cpu())
+            if self.labels is not None and labels is not None:
+                self.labels.append(torch.as_tensor(labels)[: self.wanted - self.kept].detach().cpu())
+            else:
+                self.labels = None
+            self.kept += len(self.images[-1])
+        if self.views == "labeled" and labels is None:
+            raise ConfigError(f"this scorer needs labels: {self.source} must yield (images, labels) batches")
+        if self.views == "multicrop":
+            return self._multicrop(images) if images.dim() == 4 else images
+        return batch if self.views == "labeled" else images
+
+    @property
+    def labeled(self) -> bool:
+        """Whether every batch kept came with labels."""
+        return self.labels is not None and bool(self.labels)
+
+    def _first(self, count: int, what: str) -> torch.Tensor:
+        if not self.images:
+            raise ConfigError(f"the {what} needs plain images [N, C, H, W], and {self.source} gave none "
+                              "(multi-crop views, or no batch)")
+        return torch.cat(self.images)[:count]
+
+    def fitness_images(self, settings: SearchSettings) -> torch.Tensor:
+        return self._first(settings.num_images, "search's fitness")
+
+    def has_fitness_images(self) -> bool:
+        return self.fitness > 0
+
+    def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
+        return self._first(settings.num_samples, "weight correction")
+
+    def evaluation_data(self, settings: EvaluationSettings) -> Optional[EvalData]:
+        if not settings.metrics:
+            return None
+        if not self.labeled:
+            import warnings
+
+            warnings.warn(f"evaluation.metrics {settings.metrics}: {self.source} yields images without labels, "
+                          "so no model is evaluated; give it (images, labels) batches, or set evaluation.metrics=[]",
+                          stacklevel=2)
+            return None
+        images, labels = torch.cat(self.images), torch.cat(self.labels)
+        scored = min(settings.val_samples or len(images), len(images) // 2)
+        memory = min(settings.train_samples or len(images), len(images) - scored)
+        batch = settings.batch_size
+
+        def batches(x: torch.Tensor, y: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            return [(x[i:i + batch], y[i:i + batch]) for i in range(0, len(x), batch)]
+
+        return EvalData(train=batches(images[:memory], labels[:memory]),
+                        val=batches(images[memory:memory + scored], labels[memory:memory + scored]),
+                        dataset="the Trainer's loader")
+
+
+def describe_batch(batch: Any) -> str:
+    """What a loader's batch is, in a few words (``a dict with keys ['text']``, ``int64 tensors [8]``)."""
+    if isinstance(batch, torch.Tensor):
+        return f"{str(batch.dtype).removeprefix('torch.')} tensors {list(batch.shape)}"
+    if isinstance(batch, dict):
+        return f"dicts with keys {sorted(map(str, batch))[:6]}"
+    if isinstance(batch, (list, tuple)):
+        return f"{type(batch).__name__}s of " + ", ".join(describe_batch(b) if isinstance(b, torch.Tensor)
+                                                             else type(b).__name__ for b in batch[:3])
+    return f"{type(batch).__name__} objects"

@@ -53,7 +53,7 @@ class ScoresReader(pl.Callback):
 
 def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, reader: bool = False,
             overwrite: bool = False, plain: bool = False, wait: bool = False, logger: Any = None,
-            metrics: Optional[list[str]] = None) -> PruningModule:
+            metrics: Optional[list[str]] = None, data_as: str = "datamodule") -> PruningModule:
     """Build and fit the composed run; returns the module (its pipeline holds what each stage made)."""
     pl.seed_everything(0)
     module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
@@ -77,7 +77,16 @@ def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, read
     if wait:
         print("ready", flush=True)
         sys.stdin.readline()
-    trainer.fit(module, datamodule=data)
+    if data_as == "datamodule":
+        trainer.fit(module, datamodule=data)
+    else:  # the same images as a plain DataLoader of (images, labels), or a LightningDataModule of the user's
+        data.configure_for_model(module.backbone)
+        loader = data.labeled_dataloader("train", IMAGES, 16)
+        if data_as == "loader":
+            trainer.fit(module, train_dataloaders=loader)
+        else:
+            trainer.fit(module, datamodule=pl.LightningDataModule.from_datasets(train_dataset=loader.dataset,
+                                                                                 batch_size=16))
     return module
 
 

@@ -132,11 +132,10 @@ def test_without_the_importance_callback_the_run_is_refused_at_setup_before_any_
     assert not (tmp_path / ".lock").exists()
 
 
-def test_data_the_run_cannot_take_every_stage_s_images_from_is_refused_at_setup(tmp_path):
-    """Issue 53: a plain DataLoader scored, then the search failed for want of fitness images; a DataModule of the
-    user's own failed with an AttributeError; stage callbacks on another LightningModule too."""
+def test_stage_callbacks_on_another_lightning_module_are_refused_at_setup(tmp_path):
+    """Issue 53: stage callbacks on a LightningModule that is not a PruningModule. (A plain DataLoader and a
+    DataModule of the user's own compose since issue 77: test_a_plain_loader_of_labelled_images_composes_end_to_end.)"""
     import torch
-    from compose import MODEL_KWARGS
     from torch.utils.data import DataLoader, TensorDataset
 
     from snapvit_pl.callbacks import STAGE_CALLBACKS
@@ -147,17 +146,7 @@ def test_data_the_run_cannot_take_every_stage_s_images_from_is_refused_at_setup(
                           enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                           use_distributed_sampler=False, max_epochs=1)
 
-    module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
     loader = DataLoader(TensorDataset(torch.randn(8, 1, 28, 28)), batch_size=4)
-    with pytest.raises(ConfigError, match="data loaders but no DataModule.*fit_elastic"):
-        trainer().fit(module, train_dataloaders=loader)
-
-    class Mine(pl.LightningDataModule):
-        def train_dataloader(self):
-            return loader
-
-    with pytest.raises(ConfigError, match="DataModule is a Mine without configure_for_model, .*VisionDataModule"):
-        trainer().fit(module, datamodule=Mine())
 
     class Plain(pl.LightningModule):
         def training_step(self, batch, batch_idx):
@@ -301,3 +290,51 @@ def test_a_composed_run_logs_to_any_lightning_logger(tmp_path, kind):
     else:
         assert logger.params[-1]["scorer"] == "gn_greedy"
         assert {"dense/knn_top1", "flops0.6/knn_top1"} <= set(logger.metrics[-1])
+
+
+@pytest.mark.parametrize("data_as", ["loader", "own_datamodule"])
+def test_a_plain_loader_of_labelled_images_composes_end_to_end(tmp_path, data_as):
+    """Issue 77: trainer.fit(module, train_dataloaders=loader) was refused. Any loader of images now runs the whole
+    pipeline (importance, search, splits, export, evaluation) on its images, kept as the importance pass reads them:
+    the fitness and calibration images first, and the evaluation's memory and scored images from its labels."""
+    from compose import IMAGES
+
+    module = compose(tmp_path / "run", metrics=["knn"], data_as=data_as)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert [e["label"] for e in report["pruned"]] == ["flops0.6"]
+    assert 0 <= report["dense"]["metrics"]["knn_top1"] <= 1 and 0 <= report["pruned"][0]["metrics"]["knn_top1"] <= 1
+    inputs = module.pipeline.inputs
+    assert inputs.kept == IMAGES and inputs.labeled  # every image once: the fitness's 49, then the evaluation's 20 + 20
+    assert (tmp_path / "run" / "models" / "flops0.6" / "model.safetensors").is_file()
+
+
+def test_a_loader_that_yields_no_images_is_refused_in_one_line(tmp_path):
+    from torch.utils.data import DataLoader
+
+    from compose import MODEL_KWARGS
+    from snapvit_pl.errors import ConfigError
+
+    module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
+    words = DataLoader([{"text": "a cat"}] * 8, batch_size=4)
+    trainer = pl.Trainer(accelerator="cpu", logger=False, callbacks=[c() for c in STAGE_CALLBACKS],
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(ConfigError, match=r"^the Trainer's loader yields dicts with keys \['text'\]; a pruning run "
+                                          r"needs image tensors: \[B, C, H, W\] batches"):
+        trainer.fit(module, train_dataloaders=words)
+
+
+def test_a_plain_loader_on_several_processes_is_refused_and_given_inputs_are_kept():
+    """Each process of a composed DDP run would read all of a plain loader (only the project's DataModules shard);
+    images given to the pipeline by hand (TensorInputs) are kept rather than replaced by the loader's."""
+    from compose import MODEL_KWARGS
+
+    from snapvit_pl.errors import ConfigError
+    from snapvit_pl.pipeline import Pipeline, TensorInputs
+    from snapvit_pl.pipeline.driver import Distributed
+
+    module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
+    pipeline = Pipeline(module.backbone, dist=Distributed(rank=0, world_size=2))
+    with pytest.raises(ConfigError, match="a plain loader on 2 processes: each would read all of its images"):
+        pipeline.check_data_source(None)
+    given = Pipeline(module.backbone, inputs=TensorInputs(torch.zeros(4, 1, 28, 28)), dist=Distributed(0, 2))
+    assert given.check_data_source(None) is False  # (the callback then keeps its TensorInputs)
