@@ -23,7 +23,7 @@ from ..correction import (
 from ..elastic.budget import Budget, CostModel, check_unique_labels
 from ..elastic.ranking import removed_count
 from ..elastic.scores import ElasticScores
-from ..errors import ConfigError
+from ..errors import ConfigError, PruningSpecError
 from ..eval.suite import EvalData, EvaluationSettings, evaluate_model
 from ..eval.throughput import measure_throughput
 from ..models.checkpoint import save_pruned
@@ -113,7 +113,8 @@ class Evaluation:
 
 def check_budgets(model: nn.Module, budgets: Sequence[Budget], importance: ImportanceSettings, mlp_multiple: int,
                   cost: Optional[CostModel] = None) -> None:
-    """Raise ``PruningSpecError`` now for a budget the keep ratios make unreachable (before the expensive stages).
+    """Raise ``PruningSpecError`` now for a budget the keep ratios make unreachable, or one that removes nothing
+    (its model would be a copy of the dense one), before the expensive stages.
 
     Reachability depends on the architecture and the keep ratios (``importance.min_mlp_keep``,
     ``min_head_keep``), not on the scores, so uniform placeholder scores decide it.
@@ -125,7 +126,11 @@ def check_budgets(model: nn.Module, budgets: Sequence[Budget], importance: Impor
     cost = cost or CostModel(model)
     for budget in budgets:
         if budget.latency is None or cost.latency is not None:  # a latency target: once its table is measured
-            placeholder.subnet(budget, cost, mlp_multiple)
+            subnet, _, _ = placeholder.subnet(budget, cost, mlp_multiple)
+            if subnet.head_counts == cost.num_heads and subnet.neuron_counts == cost.num_neurons:
+                raise PruningSpecError(f"budget {budget.describe()} removes nothing: its model would be a copy of the "
+                                       "dense one (the base model itself); leave it out of export.budgets, or ask for "
+                                       "a smaller model")
 
 
 def removed_share(kept: Sequence[int], dense: Sequence[int]) -> float:

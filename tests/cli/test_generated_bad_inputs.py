@@ -388,6 +388,7 @@ OTHER_CASES = [
     (["prune", "--export.budgets=[{params: 5e6}]"], "too high"),
     (["prune", "--export.budgets=[{flops: 1.5}]"], "read as a count"),
     (["prune", "--export.budgets=[{sparsity: 0.99}]"], "sparsity budget {sparsity: 0.99}"),
+    (["prune", "--export.budgets=[{sparsity: 0}]"], "budget {sparsity: 0} removes nothing"),
     (["prune", "--correction.method=sparsegpt", "--correction.refit=following"],
      "correction.refit 'following' applies to correction.method dense_fit only, and the method is sparsegpt"),
     (["prune", "--export.budgets=[{}]"], "got {}"),

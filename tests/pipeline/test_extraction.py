@@ -1,4 +1,5 @@
 import copy
+import re
 
 import pytest
 import torch
@@ -163,3 +164,14 @@ def test_a_budget_the_rounded_floor_cannot_reach_is_refused_up_front(base):
     for multiple in (8, 16):  # ...not at 24 or 32 (rounding to the nearest multiple cut them to 16)
         with pytest.raises(PruningSpecError, match=rf"rounded up to multiples of {multiple} \(export.mlp_multiple\)"):
             check_budgets(model, [budget], keep, multiple)
+
+
+@pytest.mark.parametrize("budget", [Budget(sparsity=0.0), Budget(params=1.0), Budget(mlp_ratio=0.0, head_ratio=0.0)])
+def test_a_budget_that_removes_nothing_is_said_plainly_before_any_work(budget):
+    """Issue 77: {sparsity: 0} spent a full export on an unpruned copy without a word."""
+    from snapvit_pl.errors import PruningSpecError
+
+    model = load_backbone(FAMILIES["dino_vit"])
+    with pytest.raises(PruningSpecError, match=rf"^budget {re.escape(budget.describe())} removes nothing: its model "
+                                               "would be a copy of the dense one"):
+        check_budgets(model, [budget], ImportanceSettings(), 1)
