@@ -132,12 +132,15 @@ def out_of_memory(err: BaseException) -> bool:
 
 def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]], command: str,
                 cleanup: Optional[Callable[[], None]] = None, keep_verbose: bool = True,
-                batch_options: Sequence[str] = (), presets: str = "prune") -> int:
+                batch_options: Sequence[str] = (), presets: str = "prune",
+                finished: Optional[Callable[[], Optional[str]]] = None) -> int:
     """Run a command's ``body(argv)``; an error the user can fix (or a bad option) becomes one ``error:`` line and
     status 2 (``cleanup`` runs first), unless ``--verbose`` asks for the traceback (``keep_verbose``: the command's
     parser reads ``--verbose`` too). Running out of memory is such an error: its line names ``batch_options``; so is
     an I/O failure whatever library raised it (the folder the command said it writes, :func:`writing_to`, is named
-    when the error does not say which file). Ctrl+C ends it with one line and status 130. A reader of the standard output that goes away
+    when the error does not say which file). Ctrl+C ends it with one line and status 130, unless ``finished``
+    says (a line to print) that everything the command makes was written before the signal came: then the
+    command ends as finished, status 0. A reader of the standard output that goes away
     (``| head -1``) changes nothing: the rest of the output is dropped. ``body`` gets ``argv`` with its ``--config``
     values first and each one the file it names (a preset's name of the kind ``presets``: its shipped file,
     :func:`resolve_configs`)."""
@@ -152,6 +155,10 @@ def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]],
             argv, verbose = pop_verbose(argv, keep_verbose)
             return body(resolve_configs(configs_first(argv), presets))
         except KeyboardInterrupt:
+            done = finished() if finished is not None else None
+            if done:  # every result written already: the signal changed nothing
+                print(done, file=sys.stderr)
+                return 0
             if cleanup is not None:
                 cleanup()
             print(f"interrupted: {program(command)} stopped before it finished (Ctrl+C); run it again", file=sys.stderr)

@@ -321,6 +321,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         pipeline.record_inputs(cli.datamodule)  # what it reads of the data: saved below, or compared by a resume
         out_dir = Path(cli.config.out_dir)
         main_process = cli.trainer.global_rank == 0  # the other DDP processes (and nodes) write nothing
+        run["out_dir"] = out_dir
         if main_process:  # one run at a time in a directory; the lock goes with this process
             writing_to(out_dir)
             # the folder becomes this run's (cleanup may then remove what it wrote) only once it holds the lock: a run
@@ -347,6 +348,9 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
                 run.pop("folder").close()
             if isinstance(err, SystemExit) and err.code in (0, None):
                 raise
+            if finished():  # the report was the last thing to write, and it is written: a signal after it
+                print(finished(), file=sys.stderr)
+                return 0
             from ..pipeline.resume import RESUME_FILE
 
             if (out_dir / RESUME_FILE).exists():
@@ -359,6 +363,14 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             signal.signal(signal.SIGTERM, previous)
         return 0
 
+    def finished() -> Optional[str]:
+        """The line of a run whose results are all written (its report, the last file, is there: a folder with an
+        earlier run's report is refused, or cleared with --overwrite, before a run starts), else None."""
+        out_dir = run.get("out_dir")
+        if out_dir is None or not (out_dir / "report.json").is_file():
+            return None
+        return f"finished: every result of the run is written in {out_dir} (the signal came after its end)"
+
     def cleanup() -> None:  # a run that failed on bad input leaves nothing behind; one that made progress, a resume
         folder = run.pop("folder", None)
         if folder is not None and folder.abandon():  # (None: another run holds the directory, or none was taken)
@@ -367,7 +379,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
 
     chose_run_dir = RUN_DIR_ENV not in os.environ
     try:
-        return run_command(body, argv, program("prune"), cleanup, batch_options=BATCH_OPTIONS)
+        return run_command(body, argv, program("prune"), cleanup, batch_options=BATCH_OPTIONS, finished=finished)
     finally:
         if "folder" in run:  # however the run ended (a bug's traceback included), no lock stays behind
             run.pop("folder").close()

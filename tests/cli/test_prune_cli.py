@@ -256,3 +256,25 @@ def test_a_bug_in_the_middle_of_a_run_leaves_no_lock(tiny_prune_args, tmp_path, 
     with pytest.raises(RuntimeError, match="a bug"):
         prune_main(tiny_prune_args)
     assert (tmp_path / "run").is_dir() and not (tmp_path / "run" / ".lock").exists()
+
+
+def test_a_signal_after_the_report_is_written_leaves_a_finished_run(tiny_prune_args, tmp_path, monkeypatch, capsys):
+    """Issue 77: a SIGTERM just after a run wrote its report printed 'interrupted ... run it again' (status 130), and
+    running it again answered 'already finished'. The report is the last file: once it is written, the run is
+    finished, whatever signal comes after; nothing of it is removed."""
+    from snapvit_pl.cli import prune_main
+    from snapvit_pl.pipeline import driver
+
+    written = driver.write_report
+
+    def write_then_interrupted(*args, **kwargs):
+        written(*args, **kwargs)
+        raise KeyboardInterrupt  # what the SIGTERM handler raises, just after the last file
+
+    monkeypatch.setattr(driver, "write_report", write_then_interrupted)
+    assert prune_main([*tiny_prune_args, "--search.max_evaluations=0", "--evaluation.metrics=[]"]) == 0
+    err = capsys.readouterr().err
+    assert "finished: every result of the run is written in" in err and "interrupted" not in err
+    run = tmp_path / "run"
+    assert (run / "report.json").is_file() and (run / "elastic_scores.safetensors").is_file()
+    assert not (run / ".lock").exists()
