@@ -70,20 +70,34 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _extract(argv: list[str]) -> int:
-    from ..correction import CorrectionSettings
-    from ..elastic import ElasticScores
-    from ..errors import ConfigError
-    from ..models import BackboneSpec, load_backbone
-    from ..pipeline import DataModuleInputs, Pipeline, PipelineSettings
-    from ..pipeline.resume import CONFIG_FILE
-    from ..pipeline.settings import ExportSettings
-    from ..models.cost import macs
-    from ..pipeline.tables import human
+    from ..io import DirectoryLock
 
     parser = build_parser()
     args = parser.parse_args(argv)
     out_dir = check_output_dir(args.out_dir, "--out_dir")
     writing_to(out_dir)
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:  # one extract at a time in a folder: another one writing there is refused now, before any work
+        with DirectoryLock(out_dir, "--out_dir"):
+            return _cut(parser, args, argv, out_dir)
+    finally:
+        if created and not any(out_dir.iterdir()):  # nothing written (refused, or failed): no empty folder left
+            out_dir.rmdir()
+
+
+def _cut(parser: Any, args: Any, argv: list[str], out_dir: Path) -> int:
+    """The models of ``args``' budgets cut from the scores into ``out_dir`` (held by the caller)."""
+    from ..correction import CorrectionSettings
+    from ..elastic import ElasticScores
+    from ..errors import ConfigError
+    from ..models import BackboneSpec, load_backbone
+    from ..models.cost import macs
+    from ..pipeline import DataModuleInputs, Pipeline, PipelineSettings
+    from ..pipeline.resume import CONFIG_FILE
+    from ..pipeline.settings import ExportSettings
+    from ..pipeline.tables import human
+
     init = parser.instantiate(args, instantiate_groups=False)  # the data module; the settings are built below
     scores = ElasticScores.load(args.scores)
     if not scores.base.get("model_name") and not args.model.model_name:

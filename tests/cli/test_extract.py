@@ -72,3 +72,24 @@ def test_the_correction_calibrates_on_the_runs_images_or_says_why_it_cannot(fold
     assert err.startswith(f"error: --correction.enabled true needs calibration images, and the run's could not be "
                           f"taken (the data of {run / 'config.yaml'} cannot be read here (") and err.count("\n") == 1
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_folder_another_extract_is_writing_is_refused_as_in_use(tmp_path, capsys):
+    """Issue 77: of two extracts into one new folder, the loser read 'Directory not empty; check the path and the
+    disk'. The folder is held while an extract writes there; a second one is refused at once, and a refused
+    extract leaves no folder of its own behind."""
+    from snapvit_pl.cli.extract import main
+    from snapvit_pl.io import DirectoryLock
+
+    out = tmp_path / "pruned"
+    out.mkdir()
+    with DirectoryLock(out):  # the other extract, mid-way
+        code = main(["--scores", str(tmp_path / "missing.safetensors"), "--out_dir", str(out),
+                     "--export.budgets=[{flops: 0.5}]"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {out} is in use by another run (pid ") and \
+        "choose another --out_dir" in err
+    fresh = tmp_path / "fresh"
+    assert main(["--scores", str(tmp_path / "missing.safetensors"), "--out_dir", str(fresh),
+                 "--export.budgets=[{flops: 0.5}]"]) == 2
+    assert not fresh.exists()  # refused (the scores file is missing): the folder it made is gone
