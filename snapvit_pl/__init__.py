@@ -20,7 +20,7 @@ _EXPORTS = {
     "ImportanceSettings": "snapvit_pl.pipeline.settings",
     "ExportSettings": "snapvit_pl.pipeline.settings",
     "SearchSettings": "snapvit_pl.search.settings",
-    "CorrectionSettings": "snapvit_pl.correction.structured",
+    "CorrectionSettings": "snapvit_pl.correction.settings",
     "EvaluationSettings": "snapvit_pl.eval.suite",
     "ElasticScores": "snapvit_pl.elastic.scores",
     "ElasticViT": "snapvit_pl.elastic.runtime",

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from ..models.surgery import prune_
 from ..models.units import Subnet, prunable_blocks
 from ..models.tokens import block_kwargs
-from .structured import _STAGES, _block_inputs, _blocks_losing_units, _run
+from .calibration import BATCH_SIZE, STAGES, block_inputs, blocks_losing_units, run_block
 
 
 class _InputMean:
@@ -42,7 +42,7 @@ class _InputMean:
 
 @torch.no_grad()
 def compensate_bias_and_prune(
-    model: nn.Module, subnet: Subnet, images: torch.Tensor, batch_size: int = 64, progress: bool = False,
+    model: nn.Module, subnet: Subnet, images: torch.Tensor, batch_size: int = BATCH_SIZE, progress: bool = False,
 ) -> nn.Module:
     """Prune ``model`` to ``subnet`` in place, folding the removed channels' mean into ``proj`` / ``fc2`` biases.
 
@@ -61,21 +61,21 @@ def compensate_bias_and_prune(
     Raises:
         ValueError: an output projection that loses channels has no bias to compensate into.
     """
-    subnet, dense, todo = _blocks_losing_units(model, subnet)
+    subnet, dense, todo = blocks_losing_units(model, subnet)
     if not todo:
         return model
     for b in todo:
-        for group_name, layer_name in _STAGES:
+        for group_name, layer_name in STAGES:
             layer = getattr(getattr(prunable_blocks(model)[b], group_name).module, layer_name)
             if len(getattr(subnet, group_name)[b]) < len(getattr(dense, group_name)[b]) and layer.bias is None:
                 raise ValueError(f"blocks.{b} {layer_name} has no bias: bias compensation needs one "
                                  "(use correct_and_prune or plain pruning for this model)")
     was_training = model.training
     model.eval()
-    cache, rope = _block_inputs(model, images, batch_size)
+    cache, rope = block_inputs(model, images, batch_size)
     for b in tqdm(range(todo[-1] + 1), desc="bias compensation", disable=not progress):
         kwargs = block_kwargs(model, rope, b)
-        for group_name, layer_name in _STAGES:
+        for group_name, layer_name in STAGES:
             keep = getattr(subnet, group_name)[b]
             if len(keep) == len(getattr(dense, group_name)[b]):
                 continue
@@ -84,7 +84,7 @@ def compensate_bias_and_prune(
             statistic = _InputMean(layer)
             handle = layer.register_forward_pre_hook(statistic)
             try:
-                _run(model.blocks[b], cache, kwargs, batch_size, write=False)
+                run_block(model.blocks[b], cache, kwargs, batch_size, write=False)
             finally:
                 handle.remove()
             removed = torch.ones(layer.in_features, dtype=torch.bool, device=layer.weight.device)
@@ -96,6 +96,6 @@ def compensate_bias_and_prune(
             getattr(selection, group_name)[b] = keep
             prune_(model, selection)
         if b < todo[-1]:
-            _run(model.blocks[b], cache, kwargs, batch_size, write=True)
+            run_block(model.blocks[b], cache, kwargs, batch_size, write=True)
     model.train(was_training)
     return model

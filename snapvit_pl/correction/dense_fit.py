@@ -39,7 +39,8 @@ from ..models.units import Subnet
 from ..progress import Progress, ProgressMode
 from ..ranges import check_value
 from .sparsegpt import DAMP_FRACTION, DAMPING, Damping
-from .structured import Refit, _block_inputs, _blocks_losing_units
+from .calibration import BATCH_SIZE, block_inputs, blocks_losing_units
+from .settings import RECONSTRUCT_LR, Refit
 
 #: Sums a statistic over the processes that share the calibration images (in place), e.g. ``dist.all_reduce``.
 Reduce = Callable[[torch.Tensor], None]
@@ -166,7 +167,7 @@ def fit_to_dense_and_prune(
     model: nn.Module,
     subnet: Subnet,
     images: torch.Tensor,
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
     damping: Damping = DAMPING,
     damp_fraction: float = DAMP_FRACTION,
     reduce: Optional[Reduce] = None,
@@ -200,7 +201,7 @@ def fit_to_dense_and_prune(
         ``model``, with the architecture of ``prune_(model, subnet)``.
     """
     check_value("refit", refit, Refit)  # (a run's word is checked once, by CorrectionSettings; a caller's here)
-    subnet, dense, todo = _blocks_losing_units(model, subnet)
+    subnet, dense, todo = blocks_losing_units(model, subnet)
     if not todo:
         return model
     if refit == "following":
@@ -209,7 +210,7 @@ def fit_to_dense_and_prune(
         branch_scales(model.blocks[b])  # refuse an unsupported block before anything changes
     was_training = model.training
     model.eval()
-    pruned_stream, rope = _block_inputs(model, images, batch_size)
+    pruned_stream, rope = block_inputs(model, images, batch_size)
     dense_stream = pruned_stream.clone()
     batches = [slice(i, i + batch_size) for i in range(0, len(pruned_stream), batch_size)]
     with Progress("correction", todo[-1] + 1, progress, unit="block") as bar:
@@ -310,7 +311,7 @@ class Reconstruction:
         check_every: steps between two held-out checks.
     """
 
-    def __init__(self, steps: int, lr: float = 3e-4, batch_size: int = 64, held_out: float = 0.1,
+    def __init__(self, steps: int, lr: float = RECONSTRUCT_LR, batch_size: int = BATCH_SIZE, held_out: float = 0.1,
                  check_every: int = 25):
         self.steps, self.lr, self.batch_size, self.held_out, self.check_every = steps, lr, batch_size, held_out, \
             check_every

@@ -5,7 +5,7 @@ columns of removed heads, ``mlp.fc2`` those of removed hidden neurons). Given th
 calibration inputs X, the Optimal Brain Surgeon update moves the removed columns' error
 onto the kept ones so that ``X_keep @ W_keep^T`` stays close to ``X @ W^T``. This is the
 ``fasterprune`` loop of IST-DASLab's sparsegpt with a fixed set of removed columns instead
-of a magnitude mask.
+of a magnitude mask. :func:`correct_and_prune` drives it over a whole model, block by block.
 """
 
 from __future__ import annotations
@@ -17,7 +17,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..models.surgery import prune_
+from ..models.tokens import block_kwargs
+from ..models.units import Subnet, prunable_blocks
+from ..progress import Progress, ProgressMode
 from ..ranges import one_of
+from .calibration import BATCH_SIZE, STAGES, block_inputs, blocks_losing_units, run_block
 
 Damping = one_of("mean", "max", "p95")
 #: The correction's defaults (sparsegpt's): columns per block of the OBS loop, and the damping added to diag(H).
@@ -151,3 +156,83 @@ class ColumnCorrector:
             f"{self.name}: Cholesky of the damped input Hessian failed after {retries} retries "
             f"(last damp={damp:.3g}); use a larger damp_fraction (now {frac}) or damping='max'"
         )
+
+
+# -- the driver: structured pruning with the SparseGPT-style update, block by block ---------------------------------
+# For each block in order, the calibration hidden states entering it come from the blocks before it *after* they were
+# corrected and pruned, so every correction sees the inputs the final model sees: (1) run the dense-width block,
+# collect the inputs of attn.proj, correct proj to the kept heads' columns, prune the heads and write the corrected
+# weight; (2) re-run the block (pruned attention), collect the inputs of mlp.fc2, correct it to the kept neurons'
+# columns, prune the neurons, write the weight; (3) run the corrected block once more: its outputs are the next
+# block's calibration inputs.
+
+
+@torch.no_grad()
+def correct_and_prune(
+    model: nn.Module,
+    subnet: Subnet,
+    images: torch.Tensor,
+    batch_size: int = BATCH_SIZE,
+    damping: Damping = DAMPING,
+    damp_fraction: float = DAMP_FRACTION,
+    block_size: int = BLOCK_SIZE,
+    progress: ProgressMode | bool = False,
+) -> nn.Module:
+    """Prune ``model`` to ``subnet`` in place, correcting ``attn.proj``/``mlp.fc2`` on calibration images.
+
+    Blocks that lose no unit are left bitwise unchanged; so is everything outside the blocks.
+
+    Args:
+        model: a dense supported timm ViT (pass a copy to keep the original).
+        subnet: kept heads / neurons per block.
+        images: calibration images ``[N, C, H, W]`` (moved to the model's device batch by batch).
+        batch_size: images per forward pass.
+        damping, damp_fraction, block_size: passed to :meth:`ColumnCorrector.correct` (``correction.damping``,
+            ``correction.damp_fraction``, ``correction.block_size``).
+        progress: show progress over blocks (a :class:`snapvit_pl.progress.Progress` mode).
+
+    Returns:
+        ``model``, with the architecture of ``prune_(model, subnet)``.
+    """
+    subnet, dense, todo = blocks_losing_units(model, subnet)
+    if not todo:
+        return model
+    was_training = model.training
+    model.eval()
+    cache, rope = block_inputs(model, images, batch_size)
+    options = dict(block_size=block_size, damping=damping, damp_fraction=damp_fraction)
+    with Progress("correction", todo[-1] + 1, progress, unit="block") as bar:
+        for b in range(todo[-1] + 1):
+            kwargs = block_kwargs(model, rope, b)
+            for group_name, layer_name in STAGES:
+                keep = getattr(subnet, group_name)[b]
+                if len(keep) < len(getattr(dense, group_name)[b]):
+                    _correct_group(model, b, group_name, layer_name, keep, cache, kwargs, batch_size, options)
+            if b < todo[-1]:
+                run_block(model.blocks[b], cache, kwargs, batch_size, write=True)
+            bar.update()
+    model.train(was_training)
+    return model
+
+
+def _correct_group(
+    model: nn.Module, b: int, group_name: str, layer_name: str, keep: torch.Tensor,
+    cache: torch.Tensor, kwargs: dict, batch_size: int, options: dict,
+) -> None:
+    """Collects the layer's inputs on ``cache``, corrects it to the kept units' columns, prunes block ``b``'s group."""
+    group = getattr(prunable_blocks(model)[b], group_name)
+    layer = getattr(group.module, layer_name)
+    slot = next(s for s in group.slots if s.path == f"{layer_name}.weight")
+    corrector = ColumnCorrector(layer, name=f"blocks.{b}.{layer_name}")
+    handle = corrector.attach()
+    try:
+        run_block(model.blocks[b], cache, kwargs, batch_size, write=False)
+    finally:
+        handle.remove()
+    # prune_ slices the columns in the same order as group.index (keep is sorted by validate).
+    weight = corrector.correct(group.index(keep, slot), **options)
+    del corrector  # frees the Hessian before the next layer's is allocated
+    selection = Subnet.full(model)
+    getattr(selection, group_name)[b] = keep
+    prune_(model, selection)
+    layer.weight.copy_(weight)

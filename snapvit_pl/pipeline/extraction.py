@@ -89,7 +89,8 @@ class Correction:
             if steps is not None:
                 done["reconstruction"] = {"steps": count, "lr": s.reconstruct_lr, "blocks": steps.log}
         else:
-            model = correct_and_prune(copy.deepcopy(base), subnet, images, s)
+            model = correct_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size,
+                                      damping=s.damping, damp_fraction=s.damp_fraction, block_size=s.block_size)
             done = {"num_samples": len(images), "damping": s.damping, "damp_fraction": s.damp_fraction}
         return model, {**done, "seconds": round(time.perf_counter() - started, 3)}
 

@@ -178,7 +178,7 @@ def test_the_pipeline_runs_it_as_correction_method_dense_fit():
 def test_reconstruction_steps_auto_run_on_accelerators_only():
     """``reconstruct_steps: auto`` (the default): the chosen steps on an accelerator, none on the CPU; a number of
     steps is used as given on any device; any other word is refused naming the setting."""
-    from snapvit_pl.correction.structured import RECONSTRUCT_STEPS
+    from snapvit_pl.correction.settings import RECONSTRUCT_STEPS
     from snapvit_pl.errors import ConfigError
     from snapvit_pl.pipeline.extraction import Correction
 

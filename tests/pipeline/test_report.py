@@ -85,7 +85,7 @@ def test_a_run_without_correction_says_how_to_turn_it_on_in_the_report_and_on_th
     state.correction = correction_record(CorrectionSettings(num_samples=64), True, "cuda")
     report = write_report(state, tmp_path, print_table=True, plots=False)
     assert "hint" not in report["correction"] and "note:" not in capsys.readouterr().out
-    from snapvit_pl.correction.structured import RECONSTRUCT_STEPS
+    from snapvit_pl.correction.settings import RECONSTRUCT_STEPS
 
     assert f"- weight correction: `dense_fit`, 64 calibration images, {RECONSTRUCT_STEPS} reconstruction steps per " \
         "pruned block" in (tmp_path / "report.md").read_text()  # reconstruct_steps: auto on an accelerator

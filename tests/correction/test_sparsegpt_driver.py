@@ -1,3 +1,4 @@
+"""correct_and_prune: the SparseGPT-style update driven over a whole model, block by block."""
 import copy
 
 import pytest
@@ -6,8 +7,7 @@ import torch.nn.functional as F
 from calibration import half_subnet, model_of, smooth_images
 from families import random_subnet
 
-from snapvit_pl.correction import CorrectionSettings, correct_and_prune
-from snapvit_pl.errors import ConfigError
+from snapvit_pl.correction import correct_and_prune
 from snapvit_pl.models import Subnet, architecture, prune_
 
 PRUNED_FAMILIES = ["dino_vit", "dinov2_reg", "eva02_fused_qkv", "deit_distilled", "dinov2_swiglu_packed", "vit_swiglu"]
@@ -26,7 +26,7 @@ def test_keeping_everything_is_a_bitwise_noop(family):
 def test_architecture_matches_prune(family):
     model = model_of(family)
     subnet = random_subnet(model, seed=3)
-    corrected = correct_and_prune(copy.deepcopy(model), subnet, smooth_images(16, 0), CorrectionSettings(batch_size=5))
+    corrected = correct_and_prune(copy.deepcopy(model), subnet, smooth_images(16, 0), batch_size=5)
     assert architecture(corrected) == architecture(prune_(copy.deepcopy(model), subnet))
     with torch.no_grad():
         assert torch.isfinite(corrected(smooth_images(4, 1))).all()
@@ -50,7 +50,7 @@ def test_correction_reduces_feature_error_on_held_out_images(family):
 def test_every_damping_gives_finite_weights(damping):
     model = model_of("dino_vit")
     corrected = correct_and_prune(model, half_subnet(model), smooth_images(16, 0),
-                                  CorrectionSettings(method="sparsegpt", damping=damping, block_size=16))
+                                  damping=damping, block_size=16)
     assert all(torch.isfinite(p).all() for p in corrected.parameters())
 
 
@@ -65,28 +65,3 @@ def test_only_the_pruned_blocks_proj_and_fc2_change():
     assert corrected.keys() == reference.keys()
     for name in corrected:
         assert torch.equal(corrected[name], reference[name]) != (name in changed), name
-
-
-def test_auto_corrects_on_accelerators_only_and_explicit_settings_win():
-    assert CorrectionSettings().enabled is False and not CorrectionSettings().active("cuda")  # off by default
-    auto = CorrectionSettings(enabled="auto")
-    assert not auto.active("cpu") and auto.active("cuda") and auto.active(torch.device("mps"))
-    assert CorrectionSettings(enabled=True).active("cpu") and not CorrectionSettings(enabled=False).active("cuda")
-    for bad in ("sometimes", 1, "true"):  # (a word is never a switch: the command line and YAML give booleans)
-        with pytest.raises(ConfigError, match=f"correction.enabled must be true, false or auto, got {bad!r}"):
-            CorrectionSettings(enabled=bad)
-
-
-@pytest.mark.parametrize("method, setting, value, applies", [
-    ("sparsegpt", "refit", "following", "dense_fit"), ("sparsegpt", "reconstruct_steps", 100, "dense_fit"),
-    ("bias", "output_weight", 1.0, "dense_fit"), ("dense_fit", "block_size", 64, "sparsegpt"),
-    ("bias", "damp_fraction", 0.1, "sparsegpt or dense_fit"),
-])
-def test_a_setting_the_chosen_method_does_not_read_is_refused(method, setting, value, applies):
-    """Issue 77: --correction.refit following with --correction.method sparsegpt ran without a word."""
-    from snapvit_pl.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=rf"^correction.{setting} {value!r} applies to correction.method {applies} "
-                                          rf"only, and the method is {method}"):
-        CorrectionSettings(method=method, **{setting: value})
-    CorrectionSettings(method=applies.split(" ")[0], **{setting: value})  # where it applies, it is taken
