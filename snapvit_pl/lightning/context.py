@@ -30,9 +30,7 @@ def distributed(trainer: pl.Trainer) -> Distributed:
 def events(trainer: pl.Trainer, pipeline: Pipeline) -> RunEvents:
     """The trainer's loggers hear the search's fitness, the report's figures (those that draw them: TensorBoard's)
     and metrics (none without a logger)."""
-    loggers = list(getattr(trainer, "loggers", None) or [])  # (a stand-in Trainer may have its one logger only)
-    if not loggers and getattr(trainer, "logger", None) is not None:
-        loggers = [trainer.logger]
+    loggers = list(trainer.loggers)
     if not loggers:
         return RunEvents()
     drawing = [e for e in (getattr(logger, "experiment", None) for logger in loggers) if hasattr(e, "add_figure")]

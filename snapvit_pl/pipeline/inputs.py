@@ -125,12 +125,12 @@ class LoaderInputs(StageInputs):
 
     def __init__(self, views: str, fitness: int, calibration: int, evaluation: Optional[tuple[int, int]] = None,
                  crop_seed: int = 0, model: Any = None, source: str = "the Trainer's loader"):
-        self.views, self.crop_seed, self.model, self.source = views, crop_seed, model, source
-        self.fitness, self.calibration, self.evaluation = fitness, calibration, evaluation
-        self.wanted = max(fitness, calibration, sum(evaluation) if evaluation else 0)  # (sys.maxsize: all)
+        self.views, self.crop_seed, self.model, self.source, self.fitness = views, crop_seed, model, source, fitness
+        self.wanted = max(fitness, calibration, sum(evaluation) if evaluation else 0)
         self.images: list[torch.Tensor] = []
         self.labels: Optional[list[torch.Tensor]] = []  # None once a batch came without labels
         self.kept = 0
+        self._joined: Optional[tuple[torch.Tensor, Optional[torch.Tensor]]] = None  # (images, labels), once kept
         self.new_pass()
 
     def new_pass(self) -> None:
@@ -165,6 +165,7 @@ class LoaderInputs(StageInputs):
             else:
                 self.labels = None
             self.kept += len(self.images[-1])
+            self._joined = None
         if self.views == "labeled" and labels is None:
             raise ConfigError(f"this scorer needs labels: {self.source} must yield (images, labels) batches")
         if self.views == "multicrop":
@@ -176,11 +177,17 @@ class LoaderInputs(StageInputs):
         """Whether every batch kept came with labels."""
         return self.labels is not None and bool(self.labels)
 
+    def _all(self) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The kept images (and labels), joined once (the calibration reads them for every corrected model)."""
+        if self._joined is None:
+            self._joined = (torch.cat(self.images), torch.cat(self.labels) if self.labeled else None)
+        return self._joined
+
     def _first(self, count: int, what: str) -> torch.Tensor:
         if not self.images:
             raise ConfigError(f"the {what} needs plain images [N, C, H, W], and {self.source} gave none "
                               "(multi-crop views, or no batch)")
-        return torch.cat(self.images)[:count]
+        return self._all()[0][:count]
 
     def fitness_images(self, settings: SearchSettings) -> torch.Tensor:
         return self._first(settings.num_images, "search's fitness")
@@ -201,7 +208,7 @@ class LoaderInputs(StageInputs):
                           "so no model is evaluated; give it (images, labels) batches, or set evaluation.metrics=[]",
                           stacklevel=2)
             return None
-        images, labels = torch.cat(self.images), torch.cat(self.labels)
+        images, labels = self._all()
         scored = min(settings.val_samples or len(images), len(images) // 2)
         memory = min(settings.train_samples or len(images), len(images) - scored)
         batch = settings.batch_size
@@ -211,11 +218,11 @@ class LoaderInputs(StageInputs):
 
         return EvalData(train=batches(images[:memory], labels[:memory]),
                         val=batches(images[memory:memory + scored], labels[memory:memory + scored]),
-                        dataset="the Trainer's loader")
+                        dataset=self.source)
 
 
 def describe_batch(batch: Any) -> str:
-    """What a loader's batch is, in a few words (``a dict with keys ['text']``, ``int64 tensors [8]``)."""
+    """What a loader's batch is, in a few words (``dicts with keys ['text']``, ``int64 tensors [8]``)."""
     if isinstance(batch, torch.Tensor):
         return f"{str(batch.dtype).removeprefix('torch.')} tensors {list(batch.shape)}"
     if isinstance(batch, dict):

@@ -60,7 +60,7 @@ def trainer(tmp_path, module):
     def make(callbacks=()):
         t = SimpleNamespace(
             lightning_module=module, datamodule=FakeDataModule(), is_global_zero=True, world_size=1, global_rank=0,
-            default_root_dir=str(tmp_path), callbacks=list(callbacks), logger=None, num_training_batches=3, fit_loop=SimpleNamespace(max_epochs=1),
+            default_root_dir=str(tmp_path), callbacks=list(callbacks), logger=None, loggers=[], num_training_batches=3, fit_loop=SimpleNamespace(max_epochs=1),
             strategy=SimpleNamespace(reduce=lambda t, reduce_op: t, root_device=torch.device("cpu")),
         )
         module.trainer = t
