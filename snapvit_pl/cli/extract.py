@@ -7,8 +7,8 @@ budget takes the head/MLP split the pruning run chose for its kept fraction; one
 on the run's fitness images as the run would have raced it. Those images are the run's data: ``--config`` of its
 ``config.yaml``, or, when neither ``--config`` nor ``--data`` is given, the data section of the ``config.yaml``
 beside the scores, taken only when the files it names are those the run read (its ``resume_state.pt`` records
-them). Without them (or with ``--run_data false``) the split is interpolated between the recorded ones and the
-command says why. The MLP width rounding is the run's unless ``--export.mlp_multiple`` says otherwise.
+them); images given by ``--config`` or ``--data`` are raced on only when they are those files too. Without them (or
+with ``--run_data false``) the split is interpolated between the recorded ones and the command says why. The MLP width rounding is the run's unless ``--export.mlp_multiple`` says otherwise.
 """
 from __future__ import annotations
 
@@ -95,6 +95,7 @@ def _cut(parser: Any, args: Any, argv: list[str], out_dir: Path) -> int:
     from ..models.cost import macs
     from ..pipeline import DataModuleInputs, Pipeline, PipelineSettings
     from ..pipeline.resume import CONFIG_FILE
+    from ..pipeline.run_data import images_the_run_read
     from ..pipeline.settings import ExportSettings
     from ..pipeline.tables import human
 
@@ -121,23 +122,33 @@ def _cut(parser: Any, args: Any, argv: list[str], out_dir: Path) -> int:
     correction = pipeline.settings.correction
     guessed = [b.label() for b in pipeline.unrecorded(export.budgets)] \
         if pipeline.settings.export.split == "fitness" else []
-    data, why_not = init.data, ""
-    if data is None and (guessed or correction.active(pipeline.device)):
+    data, why_not, race = init.data, "", bool(guessed)
+    if data is not None:
+        data.configure_for_model(base)
+        if guessed:  # images given (--config or --data): raced on only when they are the files the run read
+            why_not = images_the_run_read(Path(args.scores).parent, scores, data, pipeline.settings.search.num_images,
+                                          "the images --config/--data name")
+            race = not why_not
+            if race:
+                print(f"using the images given, the files the run read: racing the head/MLP split of "
+                      f"{', '.join(guessed)}")
+    elif guessed or correction.active(pipeline.device):
         data, why_not = _run_data(argv, args, scores, pipeline.settings.search.num_images)
         if data is not None:
+            data.configure_for_model(base)
             print(f"using the run's images ({Path(args.scores).parent / CONFIG_FILE}): "
                   + ", ".join(filter(None, (guessed and f"racing the head/MLP split of {', '.join(guessed)}",
                                             correction.active(pipeline.device) and "calibrating the correction"))))
+        race = data is not None
     if correction.enabled is True and data is None:
         raise ConfigError(f"--correction.enabled true needs calibration images, and the run's could not be taken "
                           f"({why_not}): give the pruning run's data (--config runs/prune/<run>/config.yaml, or "
                           "--data.class_path / --data.init_args.*)")
     if correction.enabled == "auto":  # where the model computes, and only with the run's data
         correction.enabled = data is not None and correction.active(pipeline.device)
-    if data is not None:  # the run's images: calibration, and the fitness that races a budget's split
-        data.configure_for_model(base)
-        pipeline.inputs = DataModuleInputs(data)
-    elif guessed:
+    if data is not None:  # calibration, and the fitness that races a budget's split when they are the run's images
+        pipeline.inputs = DataModuleInputs(data, fitness=race)
+    if guessed and not race:
         print(f"note: the run did not choose the head/MLP split of {', '.join(guessed)}: interpolated between the "
               f"splits it chose, which can cost accuracy (docs/pruning.md), because {why_not}; give the run's data "
               "(--config runs/prune/<run>/config.yaml) to race it as the run would have")

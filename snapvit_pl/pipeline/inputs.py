@@ -46,16 +46,20 @@ class DataModuleInputs(StageInputs):
     Args:
         datamodule: a configured :class:`snapvit_pl.data.VisionDataModule`.
         seg_datamodule: segmentation data for the ``seg`` metric (optional).
+        fitness: whether its images may serve the fitness (False: a later cut's split is interpolated, not raced
+            on images that are not the run's; they still calibrate the correction).
     """
 
-    def __init__(self, datamodule: Any, seg_datamodule: Any = None):
-        self.datamodule, self.seg_datamodule = datamodule, seg_datamodule
+    def __init__(self, datamodule: Any, seg_datamodule: Any = None, fitness: bool = True):
+        self.datamodule, self.seg_datamodule, self.fitness = datamodule, seg_datamodule, fitness
 
     def fitness_images(self, settings: SearchSettings) -> torch.Tensor:
+        if not self.fitness:
+            return super().fitness_images(settings)
         return self.datamodule.unlabeled_images(settings.num_images, settings.batch_size)
 
     def has_fitness_images(self) -> bool:
-        return True
+        return self.fitness
 
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         return self.datamodule.unlabeled_images(settings.num_samples, settings.batch_size)

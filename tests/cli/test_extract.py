@@ -57,6 +57,36 @@ def test_a_later_budget_is_raced_on_the_runs_own_images_and_only_on_those(folder
     assert f"because there is no resume_state.pt (what the run read) in {run};" in note
 
 
+def test_images_given_by_config_are_raced_on_only_when_they_are_the_runs(folder_run, tmp_path, capsys):
+    """Issue 77: ``extract --config <run>/config.yaml`` raced silently on whatever the config named (the run's images
+    replaced under the same names, or the config edited to other images). Images given are checked as the run's own
+    are: raced on when they are the files the run read (wherever they lie now), else interpolated, and it says so."""
+    import shutil
+
+    run, data, args = folder_run
+    assert prune_main([*args, "--out_dir", str(tmp_path / "asked"), "--export.budgets=[{sparsity: 0.45}]"]) == 0
+    asked = _weights(tmp_path / "asked" / "models" / "sparsity0.45")
+    moved = shutil.copytree(data, tmp_path / "moved")  # the same files, under another root
+    capsys.readouterr()
+    assert _extract(run, tmp_path / "given", "--config", str(run / "config.yaml"),
+                    f"--data.init_args.root={moved}") == 0
+    assert "using the images given, the files the run read: racing the head/MLP split of sparsity0.45" in \
+        capsys.readouterr().out
+    cut = _weights(tmp_path / "given" / "sparsity0.45")
+    assert all(np.array_equal(cut[k].numpy(), asked[k].numpy()) for k in asked)
+    noise = np.random.default_rng(2)
+    for path in sorted((moved / "train").rglob("*.png"))[:3]:  # three of the images replaced under their names
+        Image.fromarray(noise.integers(0, 255, (28, 28), dtype=np.uint8)).save(path)
+    assert _extract(run, tmp_path / "other", "--config", str(run / "config.yaml"),
+                    f"--data.init_args.root={moved}") == 0
+    out = capsys.readouterr().out
+    assert "racing" not in out
+    (note,) = [line for line in out.splitlines() if line.startswith("note:")]
+    assert note.startswith("note: the run did not choose the head/MLP split of sparsity0.45: interpolated")
+    assert f"because the images --config/--data name are not those the run read (3 of 32 files differ, e.g. " \
+           f"{moved / 'train'}" in note
+
+
 def test_the_correction_calibrates_on_the_runs_images_or_says_why_it_cannot(folder_run, tmp_path, capsys):
     run, data, _ = folder_run
     assert _extract(run, tmp_path / "cut", "--correction.enabled=true", "--correction.num_samples=16") == 0
