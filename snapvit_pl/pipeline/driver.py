@@ -622,6 +622,10 @@ class Pipeline:
             bar.update(len(budgets) - len(mine))  # the other processes' models, done too
         done = {item.label: item for share, _ in shares for item in share}
         self.state.extracted = [done[b.label()] for b in budgets]
+        used = next((item.correction["num_samples"] for item in self.state.extracted if item.correction), None)
+        if used is not None and used < s.correction.num_samples:  # the report says how many, and why fewer
+            self.state.correction.update(num_samples=used, num_samples_asked=s.correction.num_samples,
+                                         fewer_because=self.inputs.fewer_calibration_images(used))
         self.state.dense.metrics = next((m for _, m in shares if m is not None), None)
         if apart:
             timed = self.dist.gather(throughput_alone(self.model, self.state.extracted, s.evaluation, self.device,

@@ -26,6 +26,10 @@ class StageInputs:
         """``[N, C, H, W]`` plain images for the weight correction (``settings.num_samples`` at most)."""
         raise ConfigError("the weight correction needs calibration images: pass them, or leave correction off")
 
+    def fewer_calibration_images(self, used: int) -> str:
+        """Why the correction calibrated on ``used`` images, fewer than ``correction.num_samples`` (the report)."""
+        return f"the images given are {used}"
+
     def evaluation_data(self, settings: EvaluationSettings) -> Optional[EvalData]:
         """Labeled data for ``settings.metrics`` (None: no evaluation possible)."""
         return None
@@ -62,7 +66,17 @@ class DataModuleInputs(StageInputs):
         return self.fitness
 
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
-        return self.datamodule.unlabeled_images(settings.num_samples, settings.batch_size)
+        """At most ``data.max_samples`` of them: the images the importance pass read when it read fewer than
+        ``settings.num_samples`` (the run reads no image its data settings leave out)."""
+        limit = self.datamodule.max_samples
+        count = settings.num_samples if limit is None else min(settings.num_samples, limit)
+        return self.datamodule.unlabeled_images(count, settings.batch_size)
+
+    def fewer_calibration_images(self, used: int) -> str:
+        limit = self.datamodule.max_samples
+        if limit is not None and used == min(limit, len(self.datamodule.base_dataset("train"))):
+            return f"data.max_samples is {limit}: the images the importance pass read"
+        return f"the training split has {used} images"
 
     def evaluation_data(self, settings: EvaluationSettings) -> Optional[EvalData]:
         return EvalData.from_datamodule(self.datamodule, settings, self.seg_datamodule) if settings.metrics else None
@@ -201,6 +215,9 @@ class LoaderInputs(StageInputs):
 
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         return self._first(settings.num_samples, "weight correction")
+
+    def fewer_calibration_images(self, used: int) -> str:
+        return f"{self.source} gave {used} images"
 
     def evaluation_data(self, settings: EvaluationSettings) -> Optional[EvalData]:
         if not settings.metrics:

@@ -113,7 +113,10 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
     if correction:
         steps = f", {correction['reconstruct_steps']} reconstruction steps per pruned block" \
             if correction.get("reconstruct_steps") else ""
-        lines.append(f"- weight correction: `{correction['method']}`, {correction['num_samples']} calibration images{steps}"
+        fewer = f" ({correction['num_samples_asked']} asked; {correction['fewer_because']})" \
+            if correction.get("num_samples_asked") else ""
+        lines.append(f"- weight correction: `{correction['method']}`, {correction['num_samples']} calibration images"
+                     f"{fewer}{steps}"
                      if correction["applied"] else "- weight correction: off" + (
                          f" ({correction['hint']})" if correction.get("hint") else ""))
     if report.get("peak_memory_mb"):
