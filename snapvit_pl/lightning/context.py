@@ -16,7 +16,12 @@ def distributed(trainer: pl.Trainer) -> Distributed:
     strategy = trainer.strategy
 
     def all_gather(tensor: torch.Tensor) -> torch.Tensor:
-        return strategy.all_gather(tensor.to(strategy.root_device)).reshape(world, -1)
+        # torch's own collective: the gathered statistics need no autograd, and the strategy's all_gather (through
+        # torch.distributed.nn) warns of its deprecation on every process from torch 2.14
+        tensor = tensor.detach().to(strategy.root_device).contiguous()
+        gathered = [torch.empty_like(tensor) for _ in range(world)]
+        torch.distributed.all_gather(gathered, tensor)
+        return torch.stack(gathered).reshape(world, -1)
 
     def gather_objects(value: Any) -> list[Any]:
         gathered: list[Any] = [None] * world

@@ -223,3 +223,29 @@ def test_a_resume_on_other_images_is_refused_and_one_after_unrelated_changes_is_
     resumed = _prune("--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _digests(run) == _digests(reference)
+
+
+# Loaded by a run through PYTHONPATH: SIGINT to the run half a second into the first block's reconstruction steps.
+SIGINT_IN_RECONSTRUCTION = '''
+import os, signal, threading
+import snapvit_pl.correction.dense_fit as dense_fit
+run = dense_fit.Reconstruction.run
+
+def run_then_interrupt(self, *args, **kwargs):
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    return run(self, *args, **kwargs)
+
+dense_fit.Reconstruction.run = run_then_interrupt
+'''
+
+
+def test_ctrl_c_in_the_reconstruction_steps_stops_the_run_there(tmp_path):
+    """Issue 77: an interrupt during the correction's reconstruction waited for the block's steps to end. Asked for
+    ten million steps per block (hours of work), the run stops at the SIGINT and says how to continue."""
+    run = tmp_path / "run"
+    process = _start(run, "--correction.enabled=true", "--correction.reconstruct_steps=10000000",
+                     "--search.max_evaluations=0", "--export.budgets=[{flops: 0.6}]",
+                     env=_hooked(tmp_path, SIGINT_IN_RECONSTRUCTION))
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr[-2000:]
+    assert f"interrupted: progress is saved in {run}; continue with:" in stderr and "Traceback" not in stderr
