@@ -24,6 +24,8 @@ settings unless :meth:`PruningModule.configure_pipeline` gives others.
 """
 from __future__ import annotations
 
+import re
+import warnings
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
@@ -89,7 +91,7 @@ class PruningModule(pl.LightningModule):
         self.backbone.requires_grad_(False)
         self._pipeline: Optional[Pipeline] = None
         self._opened_folder = False  # this module took the run folder (in setup), so it gives it back (teardown)
-        self._quiet = ExitStack()  # Lightning's expected warnings and information lines, off from setup to teardown
+        self._quiet = ExitStack()  # Lightning's expected warnings and information lines, off for a fit's duration
 
     @property
     def pipeline(self) -> Pipeline:
@@ -131,12 +133,20 @@ class PruningModule(pl.LightningModule):
             raise RuntimeError("the elastic scores exist once the splits stage ran (SplitsCallback at on_train_end)")
         return self.pipeline.elastic_scores().copy()  # a user's callback may change it; the run's own stay
 
-    def setup(self, stage: str) -> None:
-        stage = str(getattr(stage, "value", stage))  # (Lightning passes its TrainerFn)
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """None of its own. The first hook Lightning calls, before its own loop checks: ``trainer.validate``/``test``/
+        ``predict`` are refused here, and a fit's expected Lightning lines go quiet from here to ``teardown`` (a
+        pruning run has no validation loop, whether or not its data has a ``val_dataloader``)."""
+        stage = str(getattr(self.trainer.state.fn, "value", self.trainer.state.fn))  # (Lightning's TrainerFn)
         if stage in ("validate", "test", "predict"):
             raise ConfigError(f"trainer.{stage} on a PruningModule: a pruning run trains nothing to {stage}; the export "
                               "stage evaluates every model it cuts (evaluation.metrics), and `snapvit-pl evaluate "
                               "--checkpoint DIR` (snapvit_pl.eval.evaluate_model) any model, the dense one included")
+        self._quiet.close()  # (a fit that failed before its teardown left it open)
+        self._quiet.enter_context(quiet_lightning())
+        return []
+
+    def setup(self, stage: str) -> None:
         trainer = self.trainer
         if self._pipeline is not None and self._pipeline.completed("export" if "export" in self._pipeline.stages
                                                                    else "splits"):
@@ -145,9 +155,8 @@ class PruningModule(pl.LightningModule):
                               "new PruningModule")
         check_trainer(trainer)
         quiet_composed_trainer(trainer)  # no default checkpoint, model summary or epoch bar (a configured checkpoint:
-        # refused), and (last, once nothing is refused) Lightning's expected lines off: as quiet as prune.py's run
-        # nothing to validate while pruning (validation_step exists only to let trainer.validate be refused above)
-        trainer.num_sanity_val_steps, trainer.limit_val_batches = 0, 0
+        # refused): as quiet as prune.py's run
+        trainer.num_sanity_val_steps, trainer.limit_val_batches = 0, 0  # nothing to validate while pruning
         stages = {c.stage for c in trainer.callbacks if isinstance(c, StageCallback)}
         if "importance" not in stages and not self.pipeline.completed("importance"):
             # (else the Trainer runs its epochs over the data for nothing, and the next stage finds no scores)
@@ -159,7 +168,6 @@ class PruningModule(pl.LightningModule):
         if folder is not None and not folder.held and trainer.global_rank == 0:
             self.pipeline.hold_folder()  # refused here, before any epoch, when the folder is not this run's to write in
             self._opened_folder = True
-        self._quiet.enter_context(quiet_lightning())
 
     def teardown(self, stage: str) -> None:
         self._quiet.close()
@@ -190,12 +198,18 @@ class PruningModule(pl.LightningModule):
     def configure_optimizers(self):
         return None
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        """Never reached: ``trainer.validate`` is refused at :meth:`setup` in the project's words (defined so that
-        Lightning's own check lets the refusal through)."""
 
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        """Never reached: ``trainer.test`` is refused at :meth:`setup` (see :meth:`validation_step`)."""
+#: Lightning's notice for a fit without ``max_epochs``, issued in ``Trainer.fit`` before any hook: a pruning run
+#: sets its epochs itself (one per importance pass, :class:`~callbacks.importance.ImportanceCallback`).
+EPOCH_DEFAULT_NOTICE = "`max_epochs` was not set. Setting it to 1000 epochs"
+
+
+def hide_epoch_default_notice() -> None:
+    """Hide :data:`EPOCH_DEFAULT_NOTICE` from now on in this process (building a stage callback calls it: a
+    composed run is as quiet as ``prune.py``'s; every other Lightning warning still shows)."""
+    from pytorch_lightning.utilities.warnings import PossibleUserWarning
+
+    warnings.filterwarnings("ignore", message=re.escape(EPOCH_DEFAULT_NOTICE), category=PossibleUserWarning)
 
 
 def check_trainer(trainer: pl.Trainer) -> None:
@@ -242,6 +256,9 @@ class StageCallback(pl.Callback):
     presence in the Trainer's callbacks is what makes the run make that stage (:meth:`Pipeline.use_stages`)."""
 
     stage: str = ""
+
+    def __init__(self) -> None:
+        hide_epoch_default_notice()
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not isinstance(pl_module, PruningModule):  # (Lightning calls the callbacks' setup before the module's)

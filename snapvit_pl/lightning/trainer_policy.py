@@ -93,6 +93,7 @@ def check_composed(trainer: Any) -> None:
 #: module in eval mode, fewer batches than a logging interval, a deprecation inside Lightning itself.
 EXPECTED_WARNINGS = (
     ".*returned `None`, this fit will run with no optimizer", ".*but have no `validation_step`",
+    ".*defined a `validation_step` but have no `val_dataloader`",
     ".*module\\(s\\) in eval mode at the start of training", ".*isinstance.treespec, LeafSpec.*",
     ".*is smaller than the logging interval",
 )

@@ -21,7 +21,7 @@ class FakeDataModule:
         g = torch.Generator().manual_seed(0)
         self.images, self.labels = torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 10, (n,), generator=g)
         self.views = torch.randn(n, 3, 3, 32, 32, generator=g)
-        self.batch_size, self.train_views, self.configured = batch_size, "labeled", False
+        self.batch_size, self.train_views, self.configured, self.max_samples = batch_size, "labeled", False, None
 
     def configure_for_model(self, model):
         self.configured = True

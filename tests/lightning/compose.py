@@ -69,11 +69,11 @@ def compose(out_dir: Path, devices: int = 1, without: Optional[str] = None, read
         callbacks.append(ScoresReader(out_dir))
     strategy: Any = PruningDDPStrategy() if devices > 1 else "auto"
     quiet = {} if plain else {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-                              "enable_model_summary": False}
+                              "enable_model_summary": False, "max_epochs": 1}
     if logger is not None:
         quiet["logger"] = logger
     trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, callbacks=callbacks,
-                         use_distributed_sampler=False, max_epochs=1, **quiet)
+                         use_distributed_sampler=False, **quiet)
     if wait:
         print("ready", flush=True)
         sys.stdin.readline()

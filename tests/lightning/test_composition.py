@@ -191,7 +191,8 @@ def test_validate_test_and_a_second_fit_are_refused_in_the_project_s_words_and_f
 def test_a_composed_run_on_lightning_s_defaults_is_as_quiet_as_prune_py_and_checkpoints_nothing(tmp_path):
     """Issue 53: a composed run printed what prune.py does not (no optimiser, no validation_step, modules in eval
     mode, the litlogger tip, the model summary, an epoch bar after the report); Lightning's default checkpoint wrote
-    nothing and said nothing. Only what Lightning prints while the Trainer is built (before the module sees it) is
+    nothing and said nothing. Issue 77: a Trainer without max_epochs printed Lightning's "`max_epochs` was not set"
+    notice, and the module's validation_step Lightning's "no `val_dataloader`" warning. Only what Lightning prints while the Trainer is built (before the module sees it) is
     left, and no checkpoint is made."""
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "lightning" / "compose.py"), str(tmp_path / "run"), "1",
                            "--plain"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
