@@ -604,10 +604,16 @@ def layered(action_class: type) -> type:
     return LayeredConfigFile
 
 
-def layer_config_option(parser: Any) -> Any:
-    """``parser`` (LightningCLI's) with its ``--config`` reading each file's :data:`BASE_KEY` configs first."""
-    action = parser._option_string_actions["--config"]
-    action.__class__ = layered(type(action))
+def layered_parser(parser_class: type, help: str = "Path to a configuration file in json or yaml format.",
+                   **kwargs: Any) -> Any:
+    """A LightningCLI parser (``LightningCLI.init_parser``'s, made here: ``parser_class(**kwargs)`` with Lightning's
+    dump header) whose ``--config`` reads each file's :data:`BASE_KEY` configs first (:func:`layered`)."""
+    import pytorch_lightning as pl
+    from jsonargparse import ActionConfigFile
+
+    kwargs.setdefault("dump_header", [f"pytorch_lightning=={pl.__version__}"])
+    parser = parser_class(**kwargs)
+    parser.add_argument("-c", "--config", action=layered(ActionConfigFile), help=help)
     return remember_parser(parser)
 
 

@@ -19,9 +19,8 @@ from ..progress import MODES, resolve_mode
 from ..runfolder import RESULT_FILES, FolderHints, check_run_folder
 from ..seeding import SEED_RANGE, check_seed, derive_seeds
 from .common import (
-    layer_config_option,
     DEFAULT_PRUNE_CONFIG, check_config_files, check_device_counts, check_output_dir, first_process, help_formatter,
-    program, run_command, tensorboard_logger, writing_to,
+    layered_parser, program, run_command, tensorboard_logger, writing_to,
 )
 
 #: What to lower when a run runs out of memory.
@@ -180,7 +179,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
 
     class PruneCLI(LightningCLI):
         def init_parser(self, **kwargs: Any) -> Any:
-            return layer_config_option(super().init_parser(**kwargs))  # a config's base: files first
+            return layered_parser(self.parser_class, **kwargs)  # a config's base: files first
 
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument("--out_dir", type=Optional[str], default=None,

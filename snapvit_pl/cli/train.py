@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from ..errors import ConfigError
 from .common import (
-    check_config_files, check_device_counts, layer_config_option, program, run_command, show_declared, tensorboard_logger,
+    check_config_files, check_device_counts, layered_parser, program, run_command, show_declared, tensorboard_logger,
     writing_to,
 )
 
@@ -45,9 +45,7 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
 
     class TrainCLI(LightningCLI):
         def init_parser(self, **kwargs: Any) -> Any:
-            parser = layer_config_option(super().init_parser(**kwargs))  # a config's base: files first
-            parser._option_string_actions["--config"].help = CONFIG_HELP
-            return parser
+            return layered_parser(self.parser_class, CONFIG_HELP, **kwargs)  # a config's base: files first
 
         def parse_arguments(self, parser, args) -> None:
             from ..seeding import check_seed
