@@ -86,8 +86,8 @@ def disk_full_at(monkeypatch, target: str, call: int) -> list[int]:
     return calls
 
 
-def full_disk_on_flush(monkeypatch, where: str = "snapvit_pl.io.open") -> None:
-    """Files opened through ``where`` (default: ``open`` inside snapvit_pl.io, i.e. the run lock) fail with ENOSPC
+def full_disk_on_flush(monkeypatch, where: str = "snapvit_pl.run.lock.open") -> None:
+    """Files opened through ``where`` (default: ``open`` inside snapvit_pl.run.lock, the run lock) fail with ENOSPC
     when their buffer is written out, as on a full disk."""
     import builtins
     import errno

@@ -307,7 +307,8 @@ def test_latency_tables(genuine, tmp_path_factory, data):
 @given(data=st.data())
 @MUTATION
 def test_resume_states(genuine, tmp_path_factory, data):
-    from snapvit_pl.pipeline.resume import RESUME_FILE, check_resume_state, load_resume_state
+    from snapvit_pl.run.names import RESUME_FILE
+    from snapvit_pl.run.resume import check_resume_state, load_resume_state
     from snapvit_pl.pipeline.state import Timings
     from snapvit_pl.scoring.base import LocalScores
     from snapvit_pl.search.loop import SearchProgress
@@ -389,7 +390,7 @@ def _one_line(capsys, code: int) -> str:
 def test_mutants_through_the_command_line(genuine, tmp_path, capsys):
     """One crafted (re-signed) mutant and one edited copy per kind, through the command that reads it: one error
     line, exit 2, and nothing written."""
-    from snapvit_pl.pipeline.resume import RESUME_FILE
+    from snapvit_pl.run.names import RESUME_FILE
 
     capsys.readouterr()
     # an architecture record re-signed with a string where the head counts go

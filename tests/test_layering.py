@@ -2,10 +2,11 @@
 
     errors       errors
     ranges       ranges
-    foundations  seeding, io, device, progress, runfolder
+    foundations  seeding, io, device, progress
     models       models, data
     algorithms   elastic, scoring, correction, eval
     search       search
+    run          run (its folder, lock, resume, the images a run read)
     pipeline     pipeline, deploy
     lightning    lightning
     callbacks    callbacks (installed as snapvit_pl.callbacks)
@@ -20,10 +21,10 @@ LAYERS = [
     ("errors", "version"),
     ("ranges",),
     ("seeding", "io", "device", "progress"),
-    ("runfolder",),
     ("models", "data"),
     ("elastic", "scoring", "correction", "eval"),
     ("search",),
+    ("run",),
     ("pipeline", "deploy"),
     ("lightning",),
     ("callbacks",),

@@ -70,7 +70,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _extract(argv: list[str]) -> int:
-    from ..io import DirectoryLock
+    from ..run.lock import DirectoryLock
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -94,8 +94,8 @@ def _cut(parser: Any, args: Any, argv: list[str], out_dir: Path) -> int:
     from ..models import BackboneSpec, load_backbone
     from ..models.cost import macs
     from ..pipeline import DataModuleInputs, Pipeline, PipelineSettings
-    from ..pipeline.resume import CONFIG_FILE
-    from ..pipeline.run_data import images_the_run_read
+    from ..run.names import CONFIG_FILE
+    from ..run.data import images_the_run_read
     from ..pipeline.settings import ExportSettings
     from ..pipeline.tables import human
 
@@ -163,10 +163,10 @@ def _cut(parser: Any, args: Any, argv: list[str], out_dir: Path) -> int:
 
 
 def _run_data(argv: list[str], args: Any, scores: Any, num_images: int) -> tuple[Any, str]:
-    """The DataModule of the run that wrote ``scores`` (:func:`snapvit_pl.pipeline.run_data.run_data`: the data
+    """The DataModule of the run that wrote ``scores`` (:func:`snapvit_pl.run.data.run_data`: the data
     section of the ``config.yaml`` beside them, when its images are the files the run read), or None and why not;
     none with ``--run_data false`` or when a ``--config`` or ``--data`` option is given."""
-    from ..pipeline.run_data import run_data
+    from ..run.data import run_data
 
     if not args.run_data:
         return None, "--run_data false"

@@ -16,7 +16,8 @@ from typing import Any, Optional
 from ..errors import ConfigError
 from ..lightning.trainer_policy import check_options, lightning_information
 from ..progress import MODES, resolve_mode
-from ..runfolder import RESULT_FILES, FolderHints, check_run_folder
+from ..run.folder import FolderHints, check_run_folder
+from ..run.names import SCORES_FILE
 from ..seeding import SEED_RANGE, check_seed, derive_seeds
 from .common import (
     DEFAULT_PRUNE_CONFIG, check_config_files, check_device_counts, check_output_dir, first_process, help_formatter,
@@ -79,8 +80,8 @@ def check_before_imports(argv: list[str]) -> None:
     check_inputs(values)
 
 
-def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = RESULT_FILES[1]) -> None:
-    """Refuse a run directory that cannot be one, or one :func:`snapvit_pl.runfolder.check_run_folder` refuses (in use,
+def check_run_dir(out_dir: Path, overwrite: bool, scores_file: str = SCORES_FILE) -> None:
+    """Refuse a run directory that cannot be one, or one :func:`snapvit_pl.run.folder.check_run_folder` refuses (in use,
     or holding what a run would replace, unless ``overwrite``). The processes a multi-process run starts after the
     first skip the second part: the first has begun writing there."""
     check_output_dir(out_dir, "--out_dir")
@@ -171,7 +172,8 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
     from ..lightning.pruning_module import PruningModule
     from ..lightning.strategy import pruning_strategy
     from ..lightning.trainer_policy import PRUNING_TRAINER_DEFAULTS
-    from ..pipeline.resume import CONFIG_FILE, check_unchanged
+    from ..run.names import CONFIG_FILE
+    from ..run.resume import check_unchanged
     from ..pipeline.settings import PipelineSettings
 
     groups = settings_groups()
@@ -310,8 +312,8 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv):
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
         check_before_imports(argv)  # option names, paths: before torch is imported and any weights are loaded
-        from ..pipeline.resume import load_resume_state
-        from ..pipeline.rundir import RunFolder
+        from ..run.resume import load_resume_state
+        from ..run.folder import RunFolder
         from ..lightning.strategy import close_process_group
 
         cli = prune_cli(argv, resume_dir=resume_dir)
@@ -350,7 +352,7 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
             if finished():  # the report was the last thing to write, and it is written: a signal after it
                 print(finished(), file=sys.stderr)
                 return 0
-            from ..pipeline.resume import RESUME_FILE
+            from ..run.names import RESUME_FILE
 
             if (out_dir / RESUME_FILE).exists():
                 print(f"interrupted: progress is saved in {out_dir}; continue with: {program('prune')} --resume "

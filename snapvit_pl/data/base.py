@@ -632,7 +632,7 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         ``[path, label, size, modification time (ns), sha256 of its bytes]`` (label -1 when unlabeled); for a data set
         read from a few source files (Fashion-MNIST's IDX files, :meth:`_source_files`) those files whole. ``listed``:
         how many samples the split lists (the subsets are drawn from all of them). A resumed run compares it with the
-        interrupted run's (:func:`snapvit_pl.pipeline.resume.check_inputs`). Subclasses may refine it; a data set
+        interrupted run's (:func:`snapvit_pl.run.resume.check_inputs`). Subclasses may refine it; a data set
         with neither per-sample nor source files has no files to fingerprint (``files`` empty).
 
         Raises:

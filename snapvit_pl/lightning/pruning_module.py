@@ -37,8 +37,7 @@ from ..elastic.scores import ElasticScores
 from ..errors import ConfigError
 from ..models.loading import BackboneSpec, load_backbone
 from ..pipeline.driver import Pipeline
-from ..pipeline.rundir import RunFolder
-from ..runfolder import FolderHints
+from ..run.folder import FolderHints, RunFolder
 from ..pipeline.settings import PipelineSettings
 from ..progress import ProgressMode
 from ..ranges import Seed, check_arguments

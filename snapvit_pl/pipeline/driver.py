@@ -40,7 +40,7 @@ from ..models.loading import BackboneSpec, fingerprint, load_backbone
 from ..models.surgery import architecture
 from ..models.modes import eval_mode
 from ..progress import Progress, ProgressMode, shown_mode
-from ..runfolder import FolderHints
+from ..run.folder import FolderHints, RunFolder
 from ..scoring import LocalScores
 from ..scoring.base import ScoringContext
 from ..search.fitness import EmbeddingFitness
@@ -53,9 +53,9 @@ from .extraction import (
 from .importance import AllReduceSum, ImportancePass
 from .inputs import DataModuleInputs, LoaderInputs, StageInputs
 from .report import write_report
-from .rundir import RunFolder
-from .resume import RESUME_FILE, check_inputs, check_resume_state, save_resume_state
-from .run_data import run_data as find_run_data
+from ..run.names import RESUME_FILE
+from ..run.resume import check_inputs, check_resume_state, save_resume_state
+from ..run.data import run_data as find_run_data
 from .settings import ExportSettings, PipelineSettings
 from .splits import SplitChoice, choose_splits, split_table
 from .tables import percent_label
@@ -133,7 +133,7 @@ class Pipeline:
         seg_datamodule: a :class:`snapvit_pl.data.SegmentationDataModule` the ``seg`` metric (a linear probe's mIoU on
             patch tokens) evaluates every model on, when the inputs come from a DataModule (:meth:`use_datamodule`).
         run_dir: where the scores, models, report and progress are written (None: nothing is written): a folder, or a
-            :class:`~snapvit_pl.pipeline.rundir.RunFolder` its caller holds. The pipeline takes the folder before it
+            :class:`~snapvit_pl.run.folder.RunFolder` its caller holds. The pipeline takes the folder before it
             starts work (:meth:`hold_folder`) and holds it until :meth:`close` (or the end of a ``with`` block): a
             folder another run uses, or one holding an earlier run's results or files of yours, is refused then.
         overwrite: replace an earlier run in ``run_dir`` (only what that run wrote is removed).
@@ -777,7 +777,7 @@ class Pipeline:
                  settings: Optional[PipelineSettings] = None, scores_file: Optional[str] = None,
                  run_data: bool = True, **options: Any) -> "Pipeline":
         """:meth:`from_scores` for the scores in ``run_dir`` (a ``prune.py`` run folder), with the run's images
-        when they are the files the run read (:func:`~snapvit_pl.pipeline.run_data.run_data`): a budget the run
+        when they are the files the run read (:func:`~snapvit_pl.run.data.run_data`): a budget the run
         did not choose a split for is then raced on them as the run would have, and they calibrate a correction.
         ``model``: the base model (default: rebuilt from the spec the scores record); ``scores_file``: default
         ``export.scores_file``'s. When the images cannot be taken, a warning says why (``run_data=False``: not
@@ -825,7 +825,7 @@ class Pipeline:
 
         Raises:
             CheckpointError: the base weights are not those the run started with.
-            DataError: the pruning images are not those the run read (:func:`~snapvit_pl.pipeline.resume.check_inputs`
+            DataError: the pruning images are not those the run read (:func:`~snapvit_pl.run.resume.check_inputs`
                 against :meth:`record_inputs`, when this pipeline recorded them).
         """
         check_resume_state(state, architecture(self.model), [f.name for f in fields(Timings)],

@@ -21,16 +21,12 @@ from ..ranges import ClosedUnitInterval, HalfOpenUnitInterval, OpenUnitInterval,
 from ..eval.suite import EvaluationSettings
 from ..scoring import DEFAULT_SCORER, Scorer
 from ..scoring.base import Allocation
+from ..run.names import RUN_DIR_NAMES, SCORES_FILE
 from ..search.settings import SearchSettings
-from .resume import CONFIG_FILE, RESUME_FILE
 
 # Budgets are parsed at the edge: the command line's parser reads ``{flops: 0.5}`` (or ``flops=0.5``) with
 # Budget.parse, which names a mistyped key or an impossible value, and writes a budget back as its own fields.
 register_type(Budget, serializer=Budget.to_dict, deserializer=Budget.parse)
-
-#: What a run directory holds besides the scores file (which must not take one of these names).
-RUN_DIR_NAMES = (CONFIG_FILE, RESUME_FILE, "report.json", "report.md", "models", "plots", "tensorboard",
-                 "latency_table.json", ".lock")
 
 
 @dataclass
@@ -112,7 +108,7 @@ class ExportSettings:
     latency_device: Optional[str] = None
     latency_table: Optional[str] = None
     save_models: bool = True
-    scores_file: str = "elastic_scores.safetensors"
+    scores_file: str = SCORES_FILE
 
     def __post_init__(self) -> None:
         check_fields(self, "export")

@@ -2,7 +2,7 @@ import torch
 
 from snapvit_pl.callbacks import ImportanceCallback
 from snapvit_pl.pipeline import ImportanceSettings, PipelineSettings, local_importance
-from snapvit_pl.pipeline.resume import load_resume_state
+from snapvit_pl.run.resume import load_resume_state
 from snapvit_pl.scoring import SSLFisher
 
 

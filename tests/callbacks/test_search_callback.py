@@ -2,7 +2,7 @@ import torch
 
 from snapvit_pl.callbacks import SearchCallback
 from snapvit_pl.pipeline import PipelineSettings, SearchSettings, run_search
-from snapvit_pl.pipeline.resume import load_resume_state
+from snapvit_pl.run.resume import load_resume_state
 
 SETTINGS = dict(max_evaluations=6, popsize=3, num_images=16, batch_size=8, pca_components=4)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from snapvit_pl.pipeline.resume import RESUME_FILE
+from snapvit_pl.run.names import RESUME_FILE
 
 
 #: A whole prune.py run in seconds: a tiny random-weight model, 32 images, one budget, no split grid.

@@ -66,7 +66,7 @@ def _tiny(run: Path) -> list[str]:
 
 @pytest.mark.parametrize("writer, call, stage", [
     # the progress after the importance pass: nothing saved to resume from, so the run leaves nothing; run it again
-    ("snapvit_pl.pipeline.resume.write_bytes", 2, "resume_state.pt"),
+    ("snapvit_pl.run.resume.write_bytes", 2, "resume_state.pt"),
     ("snapvit_pl.elastic.scores.save_file", 1, "elastic_scores.safetensors"),  # the scores, after the splits
     ("snapvit_pl.models.checkpoint.save_file", 2, "models/flops0.6"),  # the second model of the export
 ], ids=["importance", "splits", "export"])

@@ -109,7 +109,7 @@ def test_a_folder_another_extract_is_writing_is_refused_as_in_use(tmp_path, caps
     disk'. The folder is held while an extract writes there; a second one is refused at once, and a refused
     extract leaves no folder of its own behind."""
     from snapvit_pl.cli.extract import main
-    from snapvit_pl.io import DirectoryLock
+    from snapvit_pl.run.lock import DirectoryLock
 
     out = tmp_path / "pruned"
     out.mkdir()

@@ -23,10 +23,11 @@ RANGED = {"--importance.scorer.init_args.probes": "2", "--search.sigma": "0.37",
 @pytest.fixture
 def counted(monkeypatch):
     """Counts of the calls that parse, resolve and check, by what they were given."""
-    from snapvit_pl import progress, ranges, runfolder
+    from snapvit_pl import progress, ranges
     from snapvit_pl.cli import common, prune as prune_cli
     from snapvit_pl.elastic import budget as budget_module, scores as scores_module
-    from snapvit_pl.pipeline import driver, rundir
+    from snapvit_pl.pipeline import driver
+    from snapvit_pl.run import folder as run_folder
 
     calls: Counter = Counter()
     made, subnet, check, checked = (budget_module.Budget.__post_init__, scores_module.ElasticScores.subnet,
@@ -56,7 +57,7 @@ def counted(monkeypatch):
             calls["range compared outside check_value"] += 1
         return admits[type(self)](self, value)
 
-    resolve_mode, check_folder, read_file = progress.resolve_mode, runfolder.check_run_folder, common._read_config_file
+    resolve_mode, check_folder, read_file = progress.resolve_mode, run_folder.check_run_folder, common._read_config_file
 
     def counting_mode(mode, *args, **kwargs):  # the one check of the progress mode
         calls[f"progress {mode}"] += 1
@@ -74,7 +75,7 @@ def counted(monkeypatch):
     monkeypatch.setattr(progress, "resolve_mode", counting_mode)
     monkeypatch.setattr(prune_cli, "resolve_mode", counting_mode)
     monkeypatch.setattr(prune_cli, "check_run_folder", counting_folder)
-    monkeypatch.setattr(rundir, "check_run_folder", counting_folder)
+    monkeypatch.setattr(run_folder, "check_run_folder", counting_folder)
     monkeypatch.setattr(common, "_read_config_file", counting_read)
     monkeypatch.setattr(budget_module.Budget, "__post_init__", counting_post_init)
     monkeypatch.setattr(scores_module.ElasticScores, "subnet", counting_subnet)

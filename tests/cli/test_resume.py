@@ -18,7 +18,7 @@ from PIL import Image
 
 from images import gray_image_folder
 from run_helpers import digests as _digests, env as _env, in_search as _in_search, wait_for as _wait_for
-from snapvit_pl.pipeline.resume import RESUME_FILE
+from snapvit_pl.run.names import RESUME_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [

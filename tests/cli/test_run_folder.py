@@ -39,7 +39,7 @@ ARGS = [*TINY_RUN, "--evaluation.metrics=[]", "--report.print_table=false", "--p
 @pytest.mark.slow
 def test_two_runs_started_together_on_one_new_folder_one_runs_the_other_is_refused_in_one_line(tmp_path):
     """prune.py takes its folder through the library's run-folder policy: the race itself is repeated where that
-    policy is tested (tests/pipeline/test_rundir.py); here, once, what the command line prints for the loser."""
+    policy is tested (tests/run/test_folder.py); here, once, what the command line prints for the loser."""
     run = tmp_path / "run"
     results: list = [None, None]
     start = threading.Barrier(2)

@@ -61,7 +61,7 @@ from snapvit_pl.eval.suite import METRICS
 from snapvit_pl.models import BackboneSpec, count_params, flop_counts, load_backbone, load_pruned
 from snapvit_pl.models.checkpoint import RECORD, WEIGHTS
 from snapvit_pl.models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, Subnet, min_kept
-from snapvit_pl.pipeline.settings import RUN_DIR_NAMES
+from snapvit_pl.run.names import RUN_DIR_NAMES
 from snapvit_pl.pipeline.state import MEASURED_KEYS
 from snapvit_pl.progress import MODES
 from snapvit_pl.ranges import Choices, range_types

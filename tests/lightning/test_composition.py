@@ -240,7 +240,7 @@ def test_the_trainer_options_prune_py_refuses_a_composed_trainer_refuses_in_the_
 @pytest.mark.slow
 def test_two_composed_runs_started_together_on_one_new_folder_one_runs_the_other_is_refused(tmp_path):
     """The composed Trainer reaches the same run-folder policy as prune.py and the Pipeline (whose test repeats the
-    race: tests/pipeline/test_rundir.py); here, once, that a composed run is refused through it."""
+    race: tests/run/test_folder.py); here, once, that a composed run is refused through it."""
     from together import run_together
 
     run = tmp_path / "run"

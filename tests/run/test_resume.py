@@ -10,7 +10,8 @@ from snapvit_pl.data import ClassificationDataModule
 from snapvit_pl.errors import CheckpointError, DataError
 from snapvit_pl.models import load_backbone
 from snapvit_pl.pipeline import ImportanceSettings, Pipeline, PipelineSettings, SearchSettings, TensorInputs
-from snapvit_pl.pipeline.resume import RESUME_FILE, has_progress, load_resume_state
+from snapvit_pl.run.names import RESUME_FILE
+from snapvit_pl.run.resume import has_progress, load_resume_state
 from snapvit_pl.scoring import Magnitude
 
 
@@ -145,7 +146,7 @@ def test_a_pickled_resume_state_is_refused_in_the_projects_words(tmp_path):
     ("scorer_choices", ["full"], "scorer_choices is ['full']"),
 ])
 def test_a_resume_state_that_breaks_its_schema_is_refused_naming_the_field(field, value, message):
-    from snapvit_pl.pipeline.resume import check_resume_state
+    from snapvit_pl.run.resume import check_resume_state
 
     widths = {"heads": [4, 4], "mlp_hidden": [8, 8]}
     stages = ["scoring_s", "search_s"]

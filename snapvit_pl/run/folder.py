@@ -1,4 +1,6 @@
-"""What a pruning run writes in its run folder, and so what ``--overwrite true`` may remove there: only that.
+"""A pruning run's folder: the check a command makes before anything heavy is imported (:func:`check_run_folder`,
+no torch), and :class:`RunFolder`, the whole policy (created, locked, refused, overwritten, given up), which
+``prune.py``, the Python API and a composed Trainer share.
 
 A run folder may hold the user's own files too (a ``models/README.md``, notes beside the report, a figure of their own
 in ``plots/``). Overwriting an earlier run replaces every file the earlier run wrote (its results, progress, models,
@@ -8,17 +10,65 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..io import DirectoryLock
-from ..models.checkpoint import is_checkpoint_dir
-from ..runfolder import RESULT_FILES, FolderHints, check_run_folder
-from .plots import FIGURES
-from .settings import RUN_DIR_NAMES
+from ..errors import ConfigError
+from .lock import DirectoryLock
+from .names import (FIGURE_NAMES, LOCK_FILE, REPORT_FILE, RESULT_FILES, RESUME_FILE, RUN_DIR_NAMES, RUN_SUBFOLDERS,
+                    SCORES_FILE)
 
-#: Folders of a run folder whose contents the run writes file by file (beside anything of the user's).
-RUN_SUBFOLDERS = ("models", "plots", "tensorboard")
+
+@dataclass(frozen=True)
+class FolderHints:
+    """How a refusal names the ways out, in the words of the caller (the command line's options by default).
+
+    Args:
+        folder: the option or argument that names the folder.
+        overwrite: how to allow replacing an earlier run.
+        resume: how to continue an interrupted run in the folder (``{folder}``: its path); empty: no such way.
+    """
+
+    folder: str = "--out_dir"
+    overwrite: str = "pass --overwrite true"
+    resume: str = ""
+
+
+def check_run_folder(out_dir: Path, overwrite: bool, scores_file: str = SCORES_FILE, locked: bool = False,
+                     hints: FolderHints = FolderHints()) -> None:
+    """Refuse a folder another run is writing in now (unless ``locked``: this process holds its lock), or, unless
+    ``overwrite``, one that holds what a run would replace: an earlier run's results, an interrupted run's progress,
+    or files of its own (a folder that is not a run's). Nothing to refuse in a folder that does not exist.
+
+    Raises:
+        ConfigError: one line naming the folder, what is in it and the ways out.
+    """
+    if not out_dir.is_dir():
+        return
+    holder = None if locked else DirectoryLock.holder(out_dir)
+    if holder is not None:  # a run is writing there now: neither an earlier result nor an interrupted run
+        raise ConfigError(f"{out_dir} is in use by another run ({holder}); wait until it ends, or choose another "
+                          f"{hints.folder}")
+    if overwrite:
+        return
+    inside = not Path(scores_file).is_absolute() and ".." not in Path(scores_file).parts  # (else refused later)
+    names = (*RESULT_FILES, scores_file) if inside else RESULT_FILES
+    existing = [name for name in dict.fromkeys(names) if (out_dir / name).exists()]
+    interrupted = (out_dir / RESUME_FILE).exists() and not (out_dir / REPORT_FILE).exists()
+    if existing and not interrupted:
+        raise ConfigError(f"{out_dir} already holds results ({', '.join(existing)}); {hints.overwrite} to replace "
+                          f"them or choose another {hints.folder}")
+    if interrupted:
+        resume = f"continue it with {hints.resume.format(folder=out_dir)}, or " if hints.resume else ""
+        raise ConfigError(f"{out_dir} holds an interrupted run ({RESUME_FILE}); {resume}{hints.overwrite} to start "
+                          f"again there, or choose another {hints.folder}")
+    other = sorted(p.name for p in out_dir.iterdir() if p.name != DirectoryLock.FILE)
+    if other:
+        shown = ", ".join(other[:4]) + (" ..." if len(other) > 4 else "")
+        raise ConfigError(f"{out_dir} is not empty ({shown}) and holds no run to continue: a run writes into a new or "
+                          f"empty directory; choose another {hints.folder}, or {hints.overwrite} to write there (a "
+                          "run's files are replaced, other files kept)")
 
 
 def written_by_a_run(out_dir: Path, scores_file: str) -> list[Path]:
@@ -28,15 +78,17 @@ def written_by_a_run(out_dir: Path, scores_file: str) -> list[Path]:
     found: list[Path] = []
     for name in dict.fromkeys((*RUN_DIR_NAMES, scores_file)):
         path = out_dir / name
-        if name in (".lock", *RUN_SUBFOLDERS) or Path(name).is_absolute() or ".." in Path(name).parts:
+        if name in (LOCK_FILE, *RUN_SUBFOLDERS) or Path(name).is_absolute() or ".." in Path(name).parts:
             continue
         if os.path.lexists(path):
             found.append(path)
     models, plots, logs = (out_dir / name for name in RUN_SUBFOLDERS)
     if models.is_dir() and not models.is_symlink():
+        from ..models.checkpoint import is_checkpoint_dir  # (torch: not for the check a command makes first)
+
         found += sorted(p for p in models.iterdir() if p.is_dir() and not p.is_symlink() and is_checkpoint_dir(p))
     if plots.is_dir() and not plots.is_symlink():
-        found += sorted(p for p in (plots / f"{name}.png" for name in FIGURES) if os.path.lexists(p))
+        found += sorted(p for p in (plots / f"{name}.png" for name in FIGURE_NAMES) if os.path.lexists(p))
     if logs.is_dir() and not logs.is_symlink():
         found += sorted(p for p in logs.iterdir()
                         if p.name.startswith("events.out.tfevents.") or p.name == "hparams.yaml")
@@ -78,7 +130,7 @@ class RunFolder:
             ...  # write the run's files into folder.path
     """
 
-    def __init__(self, path: str | Path, overwrite: bool = False, scores_file: str = RESULT_FILES[1],
+    def __init__(self, path: str | Path, overwrite: bool = False, scores_file: str = SCORES_FILE,
                  resume: bool = False, hints: FolderHints = FolderHints()):
         self.path, self.overwrite, self.scores_file, self.resume, self.hints = \
             Path(path), overwrite, scores_file, resume, hints

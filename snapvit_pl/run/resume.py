@@ -20,9 +20,8 @@ import torch
 from ..errors import CheckpointError, ConfigError, DataError, field_error
 from ..io import atomic_path, sha256_file, verify_checksum, with_checksum, write_bytes
 from ..models.loading import UNREADABLE_CHECKPOINT
+from .names import CONFIG_FILE, RESUME_FILE
 
-RESUME_FILE = "resume_state.pt"
-CONFIG_FILE = "config.yaml"
 _CONFIG_KEY = "config_sha256"
 #: Settings a resumed run may change (``prune.py``'s keys): they change how the run reports, not what it computes.
 SAFE_RESUME_OVERRIDES = ("config", "verbose", "resume", "overwrite", "out_dir", "progress", "trainer.enable_progress_bar",

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import SnapViTError
-from .resume import CONFIG_FILE, RESUME_FILE, load_resume_state
+from .names import CONFIG_FILE, RESUME_FILE
+from .resume import load_resume_state
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """``Pipeline.from_run``: more budgets from a finished run folder in Python, raced on the run's own images as asking
-``prune.py`` for them would have, and only on those (``snapvit_pl/pipeline/run_data.py``)."""
+``prune.py`` for them would have, and only on those (``snapvit_pl/run/data.py``)."""
 import warnings
 
 import numpy as np
@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from snapvit_pl.cli.prune import prune_main
 from snapvit_pl.errors import CheckpointError
 from snapvit_pl.pipeline import Pipeline
-from snapvit_pl.pipeline.run_data import run_data
+from snapvit_pl.run.data import run_data
 
 LATER = [{"sparsity": 0.45}]
 

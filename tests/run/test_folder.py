@@ -1,5 +1,5 @@
 """Issue 53: a :class:`Pipeline` given a run folder holds it as ``prune.py`` and a composed Trainer do (one policy,
-:class:`snapvit_pl.pipeline.rundir.RunFolder`): taken before any work, one run at a time whatever the timing, an
+:class:`snapvit_pl.run.folder.RunFolder`): taken before any work, one run at a time whatever the timing, an
 earlier run's results replaced only with consent and then nothing of the user's, nothing left by a failed start."""
 import sys
 import textwrap
@@ -15,7 +15,7 @@ from snapvit_pl.models import load_backbone
 from snapvit_pl.eval import EvaluationSettings
 from snapvit_pl.pipeline import (ExportSettings, ImportanceSettings, Pipeline, PipelineSettings, ReportSettings,
                                  SearchSettings, TensorInputs)
-from snapvit_pl.pipeline.rundir import RunFolder
+from snapvit_pl.run.folder import RunFolder
 from snapvit_pl.scoring import Magnitude
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ RACE = textwrap.dedent("""
     from families import FAMILIES
     from snapvit_pl.models import load_backbone
     sys.path[:0] = [{here!r}, {root!r}]
-    from test_rundir import _finish, _pipeline
+    from test_folder import _finish, _pipeline
     from snapvit_pl.errors import ConfigError
     model = load_backbone(FAMILIES["augreg_vit"])
     print("ready", flush=True)
@@ -138,3 +138,12 @@ def test_two_pipelines_started_together_on_one_new_folder_one_runs_the_other_is_
     refused = next(err for code, err in results if code == 2)
     assert refused.count("error:") == 1 and ("in use by another run" in refused or "already holds results" in refused)
     assert (run / "report.json").exists() and not (run / ".lock").exists()  # the first run's, complete
+
+
+def test_the_figures_a_run_draws_are_the_figures_its_folder_names():
+    """An overwrite removes ``plots/<name>.png`` for each name of :data:`FIGURE_NAMES` (run/names.py, torch-free);
+    the report draws :data:`FIGURES` (pipeline/plots.py): one list."""
+    from snapvit_pl.pipeline.plots import FIGURES
+    from snapvit_pl.run.names import FIGURE_NAMES
+
+    assert tuple(FIGURES) == FIGURE_NAMES
