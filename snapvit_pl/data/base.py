@@ -630,7 +630,8 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         """The fingerprint of what a run reads of ``split``: the files of the samples that the seeded subsets of sizes
         ``max_samples`` (None: the module's ``max_samples``; the pruning pass's subset) take, in their order, each as
         ``[path, label, size, modification time (ns), sha256 of its bytes]`` (label -1 when unlabeled); for a data set
-        read from a few source files (Fashion-MNIST's IDX files, :meth:`_source_files`) those files whole. ``listed``:
+        read from a few source files (Fashion-MNIST's IDX files, :meth:`_source_files`) those files whole, and
+        ``samples``: the indices of the samples read in them (another seed or ``max_samples`` reads others). ``listed``:
         how many samples the split lists (the subsets are drawn from all of them). A resumed run compares it with the
         interrupted run's (:func:`snapvit_pl.run.resume.check_inputs`). Subclasses may refine it; a data set
         with neither per-sample nor source files has no files to fingerprint (``files`` empty).
@@ -640,17 +641,20 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
         """
         base = self.base_dataset(split)
         sample_files = self._sample_files(base)
-        if sample_files is None:
+        indices: set[int] = set()
+        for limit in max_samples:
+            subset = self.dataset(split, limit)
+            indices.update(subset.indices if subset is not base else range(len(base)))
+        if sample_files is None:  # the files whole, and which of their samples were read
             files = [(path, -1) for path in self._source_files(base)]
+            read = {"samples": sorted(int(i) for i in indices)}
         else:
-            indices: set[int] = set()
-            for limit in max_samples:
-                subset = self.dataset(split, limit)
-                indices.update(subset.indices if subset is not base else range(len(base)))
             targets = dataset_targets(base)
             files = [(path, -1 if targets is None else targets[index])
                      for index in sorted(indices) for path in sample_files(index)]
-        return {"split": split, "listed": len(base), "files": [_file_record(path, label) for path, label in files]}
+            read = {}
+        return {"split": split, "listed": len(base), "files": [_file_record(path, label) for path, label in files],
+                **read}
 
     def listing_fingerprint(self, split: str = "train") -> dict[str, Any]:
         """A cheap fingerprint of what training reads of ``split`` (its seeded ``max_samples`` subset), reading no

@@ -86,15 +86,21 @@ def _recorded(run_dir: Path, scores: Any) -> tuple[Optional[dict[str, Any]], str
 
 
 def _compare(datamodule: Any, recorded: dict[str, Any], num_images: int, named: str) -> str:
-    """Why the fitness images of ``datamodule`` are not those of ``recorded`` (a run's input fingerprint)."""
+    """Why the fitness images of ``datamodule`` are not among those of ``recorded`` (a run's input fingerprint: the
+    pruning pass's images and the fitness images, in index order), compared by label and content in that order."""
     current = datamodule.input_fingerprint([num_images])
+    if "samples" in recorded and not set(current.get("samples", ())) <= set(recorded["samples"]):
+        return f"{named} are not those the run read (other samples of the same files: the data's seed or " \
+               f"max_samples differ)"
     then = [(label, sha) for _, label, _, _, sha in recorded["files"]]
-    now = [(label, sha) for _, label, _, _, sha in current["files"]]
-    differ = [record[0] for i, record in enumerate(current["files"]) if i >= len(then) or then[i] != now[i]]
-    differ += [None] * max(0, len(then) - len(now))  # files the run read that are no longer listed
+    differ, at = [], 0
+    for path, label, _, _, sha in current["files"]:
+        try:
+            at = then.index((label, sha), at) + 1  # (the run's files, in its order, wherever they lie now)
+        except ValueError:
+            differ.append(path)
     if differ or (current["split"], current["listed"]) != (recorded.get("split"), recorded.get("listed")):
-        example = f", e.g. {differ[0]}" if differ and differ[0] else \
+        example = f", e.g. {differ[0]}" if differ else \
             f"; {current['listed']} images listed, {recorded.get('listed')} then"
-        return f"{named} are not those the run read ({len(differ)} of {max(len(now), len(then))} files " \
-               f"differ{example})"
+        return f"{named} are not those the run read ({len(differ)} of {len(current['files'])} files differ{example})"
     return ""

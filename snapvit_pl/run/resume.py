@@ -159,6 +159,10 @@ def check_inputs(recorded: Any, current: Optional[dict[str, Any]], kept: bool = 
         return [(path, label, sha) for path, label, _, _, sha in files]
 
     before, now = key(recorded["files"]), key(current["files"])
+    if "samples" in recorded and current.get("samples") != recorded["samples"] and before == now:
+        raise DataError("--resume: the pruning images changed since the run was interrupted (other samples of the "
+                        "same files: the data's seed or max_samples differ); restore the data settings, or start a new "
+                        "run (another --out_dir)")
     if recorded.get("split") == current.get("split") and before == now:
         return
     old, new = {path: item for path, *item in before}, {path: item for path, *item in now}

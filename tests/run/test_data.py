@@ -1,6 +1,7 @@
 """``Pipeline.from_run``: more budgets from a finished run folder in Python, raced on the run's own images as asking
 ``prune.py`` for them would have, and only on those (``snapvit_pl/run/data.py``)."""
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -54,3 +55,28 @@ def test_the_run_data_of_a_folder_that_cannot_give_its_images_is_none_and_why(fo
     assert run_data(tmp_path / "elsewhere", scores, 32).why_not.startswith("there is no config.yaml in ")
     with pytest.raises(CheckpointError, match="elastic scores file not found"):
         Pipeline.from_run(tmp_path / "elsewhere")
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="apt-get install dataset-fashion-mnist")
+def test_another_subset_of_the_same_source_files_is_not_the_runs_images(tiny_prune_args, tmp_path):
+    """Issue 77: Fashion-MNIST is read from four IDX files, and the fingerprint held those files whole: a config
+    edited to another data seed (other images of the same files) passed as the run's images and was raced on. The
+    fingerprint records which samples were read; another seed reads others, and that is named."""
+    from snapvit_pl.data import ClassificationDataModule
+    from snapvit_pl.errors import DataError
+    from snapvit_pl.run.data import images_the_run_read
+    from snapvit_pl.run.resume import check_inputs, load_resume_state
+
+    assert prune_main([*tiny_prune_args, "--search.max_evaluations=0", "--evaluation.metrics=[]",
+                       "--export.budgets=[{flops: 0.6}]"]) == 0
+    run = tmp_path / "run"
+    scores = Pipeline.from_run(run, run_data=False, progress="off").elastic_scores()
+    same = ClassificationDataModule(source="fashion_mnist", max_samples=48, batch_size=16)
+    assert images_the_run_read(run, scores, same, 32) == ""
+    other = ClassificationDataModule(source="fashion_mnist", max_samples=48, batch_size=16, seed=1)
+    assert images_the_run_read(run, scores, other, 32, "the images given") == (
+        "the images given are not those the run read (other samples of the same files: the data's seed or max_samples "
+        "differ)")
+    recorded = load_resume_state(run)["inputs"]
+    with pytest.raises(DataError, match="other samples of the same files"):
+        check_inputs(recorded, other.input_fingerprint([32]))
