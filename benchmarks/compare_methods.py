@@ -56,7 +56,7 @@ from benchmarks.common import (  # noqa: E402
     MODELS, RESULTS, Progress, PruneSetup, display, machine_info, model_overrides, parse_args, pct, prune_setup,
     write_results,
 )
-from snapvit_pl.data.base import balanced_subset_indices, dataset_targets  # noqa: E402
+from snapvit_pl.data.sampling import balanced_subset_indices, dataset_targets  # noqa: E402
 from snapvit_pl.elastic import PAPER_PAIRS, Budget, CostModel, ElasticScores, initial_coefficients  # noqa: E402
 from snapvit_pl.eval.features import extract_features  # noqa: E402
 from snapvit_pl.eval.linear_probe import linear_probe  # noqa: E402

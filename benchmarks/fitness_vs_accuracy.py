@@ -33,7 +33,7 @@ from benchmarks.common import (  # noqa: E402
 )
 from benchmarks.compare_methods import CachedEvaluation, Settings, evaluation_data  # noqa: E402
 from benchmarks.sensitivity_vs_ablation import spearman  # noqa: E402
-from snapvit_pl.data.base import balanced_subset_indices, dataset_targets  # noqa: E402
+from snapvit_pl.data.sampling import balanced_subset_indices, dataset_targets  # noqa: E402
 from snapvit_pl.elastic import Budget, ElasticScores, initial_coefficients  # noqa: E402
 from snapvit_pl.eval.suite import EvaluationSettings  # noqa: E402
 from snapvit_pl.models import fingerprint  # noqa: E402

@@ -10,8 +10,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    **dict.fromkeys(("DeferredDataLoader", "EpochSeededSampler", "MappedDataset", "VisionDataModule",
-                     "balanced_subset_indices", "epoch_seed", "read_image", "seeded_rngs"), "base"),
+    "VisionDataModule": "base",
+    "read_image": "images",
+    **dict.fromkeys(("DeferredDataLoader", "EpochSeededSampler", "MappedDataset", "balanced_subset_indices", "epoch_seed",
+                     "seeded_rngs"), "sampling"),
     "ClassificationDataModule": "classification",
     **dict.fromkeys(("DEBIAN_FASHION_MNIST_DIR", "FashionMNIST", "FashionMNISTSegmentation", "find_fashion_mnist",
                      "read_idx"), "fashion_mnist"),

@@ -1,365 +1,35 @@
-"""Shared pieces of the DataModules: image reading, seeded balanced subsets, the base module."""
+"""The base DataModule of every data set the project reads (:class:`VisionDataModule`)."""
 from __future__ import annotations
 
-import itertools
 import logging
 import os
-import random
-import weakref
 from abc import ABCMeta, abstractmethod
-from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Literal, Optional, Union
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
-from PIL import Image
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
+from ..device import cpu_cores
+from ..errors import ConfigError, DataError
+from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments
+from ..seeding import resolve_seed
 from .folders import refuse_shared_files
+from .images import file_record, is_readable
 from .transforms import (
     GLOBAL_CROP_SCALE, LOCAL_CROP_SCALE, N_GLOBAL_VIEWS, N_LOCAL_VIEWS, MultiCropTransform, resolve_input_config,
 )
-from ..device import cpu_cores
-from ..io import sha256_file
-from ..ranges import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_arguments
-from ..errors import ConfigError, DataError
-from ..seeding import resolve_seed
+from .sampling import (
+    DeferredDataLoader, EpochSeededSampler, FixedBatches, MappedDataset, TransformImage, balanced_subset_indices,
+    dataset_targets, shard_batch_count, shard_batches,
+)
 
 log = logging.getLogger(__name__)
 
 Views = Literal["plain", "multicrop"]
 SPLITS = ("train", "val")
-
-
-#: Single-channel modes of more than 8 bits: 16-bit PNG / TIFF (``I;16*``) and 32-bit integers (``I``).
-WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
-
-
-def read_image(path: str, raw: bool = False) -> Image.Image:
-    """Decode an image file fully; raise DataError naming the path when it cannot be read.
-
-    A 16-bit grayscale image is scaled to 8 bits (``L``: 0..65535 -> 0..255; converting it directly would
-    saturate it); a 32-bit float image, or integers outside 0..65535, are refused. ``raw``: keep the stored
-    values (class-index masks).
-    """
-    try:
-        with Image.open(path) as image:
-            image.load()
-    except Image.DecompressionBombError as err:
-        raise DataError(f"cannot read image {path}: {' '.join(str(err).split())} (PIL.Image.MAX_IMAGE_PIXELS); resize or "
-                        "delete it, raise that limit if you trust the file, or set skip_corrupt: true to skip such "
-                        "files") from err
-    except (OSError, SyntaxError, ValueError) as err:
-        raise DataError(f"cannot read image {path} ({err}); replace or delete the file, "
-                        "or set skip_corrupt: true to skip unreadable files") from err
-    return image if raw else _to_8bit(image, path)
-
-
-def _to_8bit(image: Image.Image, path: str) -> Image.Image:
-    """A high-bit-depth single-channel image as 8-bit ``L``, scaled by its bit depth (not clipped)."""
-    low, high = image.getextrema() if image.mode in ("I", "F") else (0, 0)
-    if image.mode == "F" or not 0 <= low <= high <= 65535:
-        kind = "32-bit float" if image.mode == "F" else "32-bit integers beyond 16 bits"
-        raise DataError(f"cannot read image {path}: mode {image.mode} ({kind}) has no fixed range to scale to 8 bits; "
-                        "convert it to an 8- or 16-bit PNG, or set skip_corrupt: true to skip such files")
-    if image.mode not in WIDE_MODES:
-        return image
-    values = np.asarray(image, dtype=np.float64)
-    return Image.fromarray(np.clip(np.rint(values / 257.0), 0, 255).astype(np.uint8))
-
-
-def _file_record(path: str, label: int) -> list[Any]:
-    """``[path, label, size, modification time (ns), sha256]`` of one file
-    (:meth:`VisionDataModule.input_fingerprint`)."""
-    try:
-        stat = os.stat(path)
-        return [str(path), int(label), int(stat.st_size), int(stat.st_mtime_ns), sha256_file(path)]
-    except OSError as err:
-        raise DataError(f"cannot read {path} ({err.strerror or err}); restore the file, or set skip_corrupt: true "
-                        "to skip unreadable files") from err
-
-
-def is_readable(path: str) -> bool:
-    """Whether read_image succeeds on path."""
-    try:
-        read_image(path)
-    except DataError:
-        return False
-    return True
-
-
-def dataset_targets(dataset: Dataset) -> Optional[list[int]]:
-    """Class labels of a dataset without loading its images (``targets``/``labels``), else None."""
-    if isinstance(dataset, Subset):
-        targets = dataset_targets(dataset.dataset)
-        return None if targets is None else [targets[i] for i in dataset.indices]
-    targets = getattr(dataset, "targets", None)
-    if targets is None:
-        targets = getattr(dataset, "labels", None)
-    if targets is None:
-        return None
-    return [int(t) for t in (targets.tolist() if hasattr(targets, "tolist") else targets)]
-
-
-def balanced_subset_indices(
-    num_items: int,
-    targets: Optional[Sequence[int]],
-    max_samples: Optional[int],
-    seed: int,
-    keep: Optional[Callable[[int], bool]] = None,
-) -> list[int]:
-    """Seeded class-balanced selection: classes take turns giving a random item each.
-
-    Args:
-        num_items: dataset length.
-        targets: class of each item (None: one class, i.e. a plain random subset).
-        max_samples: how many to take (None: all).
-        seed: seed of the per-class shuffles.
-        keep: predicate; items it rejects are passed over (e.g. unreadable files).
-
-    Returns:
-        sorted indices; per-class counts differ by at most one unless a class runs out.
-    """
-    if keep is None and (max_samples is None or max_samples >= num_items):
-        return list(range(num_items))
-    generator = torch.Generator().manual_seed(seed)
-    by_class: dict[int, list[int]] = defaultdict(list)
-    for index in torch.randperm(num_items, generator=generator).tolist():
-        by_class[targets[index] if targets is not None else 0].append(index)
-    queues = [iter(by_class[label]) for label in sorted(by_class)]
-    limit = num_items if max_samples is None else min(max_samples, num_items)
-    chosen: list[int] = []
-    while queues and len(chosen) < limit:
-        for queue in list(queues):
-            index = next((i for i in queue if keep is None or keep(i)), None)
-            if index is None:
-                queues.remove(queue)
-                continue
-            chosen.append(index)
-            if len(chosen) == limit:
-                break
-    return sorted(chosen)
-
-
-# Odd 64-bit stride (golden ratio) mixing the epoch into seeds; epoch 0 leaves a seed unchanged.
-_EPOCH_STRIDE = 0x9E3779B97F4A7C15
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The seed of ``epoch`` derived from ``seed`` (``seed`` itself for epoch 0), in [0, 2**64)."""
-    return (int(seed) + int(epoch) * _EPOCH_STRIDE) % 2**64
-
-
-@contextmanager
-def seeded_rngs(seed: int):
-    """Run a block under torch's CPU RNG, Python's ``random`` and NumPy's global RNG all seeded
-    from ``seed``; their previous states are restored afterwards (CUDA RNGs are not touched)."""
-    py_state, np_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
-        torch.default_generator.manual_seed(seed % 2**64)
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        try:
-            yield
-        finally:
-            random.setstate(py_state)
-            np.random.set_state(np_state)
-
-
-class EpochSeededSampler(Sampler):
-    """Shuffled order that is a function of ``(seed, epoch)`` only, so an interrupted and resumed
-    training run sees exactly the batches of an uninterrupted one.
-
-    Lightning calls ``set_epoch(epoch)`` before every training epoch, also on the
-    ``DistributedSamplerWrapper`` it puts around this sampler under DDP (the wrapper forwards the
-    call, every rank derives the same order and the wrapper shards it). Without ``set_epoch`` the
-    order stays that of the last epoch set. Epoch 0 is the first-pass order of
-    ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))`` (what the
-    DataModules used before).
-
-    Args:
-        num_items: dataset length.
-        seed: base seed.
-        with_epoch: yield ``(epoch, index)`` keys instead of indices, for datasets whose random
-            augmentation is seeded per sample and epoch (:class:`MappedDataset` with a seed).
-    """
-
-    def __init__(self, num_items: int, seed: int = 0, with_epoch: bool = False):
-        self.num_items, self.seed, self.with_epoch = int(num_items), int(seed), with_epoch
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.num_items
-
-    def __iter__(self) -> Iterator:
-        epoch = self.epoch
-        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-        # Skip the draw a DataLoader makes for its worker base seed before shuffling, so epoch 0
-        # keeps the order of DataLoader(shuffle=True, generator=Generator().manual_seed(seed)).
-        torch.empty((), dtype=torch.int64).random_(generator=generator)
-        order = torch.randperm(self.num_items, generator=generator).tolist()
-        return iter([(epoch, index) for index in order] if self.with_epoch else order)
-
-
-def shard_batch_count(images: int, world_size: int, batch_size: int) -> int:
-    """How many batches every process reads of ``images`` split over ``world_size`` processes: those of the largest
-    shard (``ceil(images / world_size)`` images) in batches of ``batch_size``."""
-    return -(-(-(-images // world_size)) // batch_size)
-
-
-def shard_batches(images: int, rank: int, world_size: int, batch_size: int) -> list[list[int]]:
-    """The batches of process ``rank``'s shard (every ``world_size``-th of ``images``, from ``rank``; indices into the
-    shard): as many on every process (:func:`shard_batch_count`), since the processes step through them together
-    (Lightning exchanges a tensor at every training batch of a multi-process run: a process with one batch more would
-    wait for the others forever). Each batch holds ``batch_size`` images while the shard has enough for its remaining
-    batches to get one each; the last ones are smaller. A shard too small for one image per batch (only with
-    ``batch_size`` 1) is refused by :meth:`VisionDataModule.shard`."""
-    count = len(range(rank, images, world_size))
-    total = shard_batch_count(images, world_size, batch_size)
-    batches, start = [], 0
-    for i in range(total):
-        size = max(1, min(batch_size, count - start - (total - 1 - i)))
-        batches.append(list(range(start, min(start + size, count))))
-        start += size
-    return batches
-
-
-class FixedBatches(Sampler):
-    """A batch sampler that yields the given batches of indices, in order."""
-
-    def __init__(self, batches: list[list[int]]):
-        self.batches = [list(batch) for batch in batches]
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self) -> Iterator:
-        return iter([list(batch) for batch in self.batches])
-
-
-class _DeferredIterator:
-    """Creates the real DataLoader iterator at the first ``next()``; counts the batches it hands out."""
-
-    def __init__(self, loader: "DeferredDataLoader", start: Callable[[], Iterator]):
-        self._loader, self._start, self._iterator = loader, start, None
-
-    def __iter__(self) -> "_DeferredIterator":
-        return self
-
-    def __next__(self):
-        if self._iterator is None:
-            self._iterator = self._start()
-        batch = next(self._iterator)
-        self._loader._position["batches"] += 1
-        self._loader._skip = 0  # the pass has begun: later passes start at their first batch
-        return batch
-
-
-class _SkipFirst:
-    """The loader's batch sampler, each pass starting after the loader's ``_skip`` batches (indices only: no data is
-    loaded for the skipped batches). It holds its loader weakly: the loader's (persistent) iterator holds this sampler,
-    and a cycle back to the loader would keep a dropped loader and its worker processes alive until the garbage
-    collector ran, possibly inside another loader's worker (a forked copy), which then printed tracebacks of workers
-    it did not own."""
-
-    def __init__(self, batch_sampler: Any, loader: "DeferredDataLoader"):
-        self.batch_sampler, self._loader = batch_sampler, weakref.ref(loader)
-
-    def __len__(self) -> int:
-        return len(self.batch_sampler)
-
-    def __iter__(self) -> Iterator:
-        return itertools.islice(iter(self.batch_sampler), getattr(self._loader(), "_skip", 0), None)
-
-
-class DeferredDataLoader(DataLoader):
-    """A DataLoader whose ``iter()`` draws nothing from its sampler until the first batch is asked for, and that
-    resumes in the middle of a pass.
-
-    With worker processes, a plain DataLoader iterator takes its first indices from the sampler as
-    soon as it is created. Lightning (2.5.3 - 2.6, issue Lightning-AI/pytorch-lightning#21938)
-    creates the training iterator before it calls ``set_epoch`` and, when resuming, before it has
-    restored the epoch; the first resumed epoch would then replay epoch 0's order. Deferring the
-    start until the first batch means the sampler sees the epoch Lightning has set by then.
-
-    Its ``state_dict`` (saved by Lightning in every training checkpoint) is the epoch and the batches handed out so
-    far in the current pass; a run restarted from a checkpoint taken in the middle of an epoch (a preempted
-    fine-tune) skips those batches' indices, so it sees exactly the batches an uninterrupted run would.
-    """
-
-    def __iter__(self) -> Iterator:
-        return _DeferredIterator(self, self._start)
-
-    def _start(self) -> Iterator:
-        self._position = {"epoch": self._epoch(), "batches": 0}  # the epoch Lightning has set by the first batch
-        resume = getattr(self, "_resume", None)
-        self._resume = None
-        self._skip = 0
-        if resume and resume["batches"] and resume["epoch"] == self._epoch():  # the interrupted pass, not a new one
-            self._position["batches"] = self._skip = resume["batches"]
-        return super().__iter__()
-
-    @property
-    def _index_sampler(self) -> Any:
-        sampler = super()._index_sampler
-        return _SkipFirst(sampler, self) if self._auto_collation else sampler
-
-    def _epoch(self) -> Optional[int]:
-        return getattr(self.sampler, "epoch", None)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the current pass stands: ``{"epoch", "batches"}`` (batches handed out)."""
-        return dict(getattr(self, "_position", {"epoch": self._epoch(), "batches": 0}))
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the pass ``state`` describes: its next iteration (if it is that pass, same epoch) skips the
-        batches already handed out."""
-        self._resume = {"epoch": state.get("epoch"), "batches": int(state.get("batches", 0))}
-
-
-class MappedDataset(Dataset):
-    """Dataset of ``fn(*dataset[i])``.
-
-    Args:
-        dataset: yields (image, target) tuples.
-        fn: picklable callable taking (image, target).
-        seed: if set, ``fn`` runs under torch, Python and NumPy RNGs seeded from ``(seed, i)``:
-            random augmentations of sample ``i`` are then the same in every process and worker, so
-            statistics summed over a data set do not depend on how it is split across DDP ranks.
-            The dataset also accepts ``(epoch, i)`` keys (from :class:`EpochSeededSampler` with
-            ``with_epoch``): the augmentation then changes from epoch to epoch but stays a function
-            of ``(seed, epoch, i)``, so a resumed run sees the same crops as an uninterrupted one.
-    """
-
-    def __init__(self, dataset: Dataset, fn: Callable, seed: Optional[int] = None):
-        self.dataset, self.fn, self.seed = dataset, fn, seed
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, key: Union[int, tuple[int, int]]):
-        epoch, index = key if isinstance(key, tuple) else (0, key)
-        if self.seed is None:
-            return self.fn(*self.dataset[index])
-        with seeded_rngs(epoch_seed(self.seed * 1_000_003 + int(index), epoch)):
-            return self.fn(*self.dataset[index])
-
-
-class TransformImage:
-    """(image, target) -> (transform(image), target); with keep_target=False only the image."""
-
-    def __init__(self, transform: Callable, keep_target: bool = True):
-        self.transform, self.keep_target = transform, keep_target
-
-    def __call__(self, image, target):
-        return (self.transform(image), target) if self.keep_target else self.transform(image)
 
 
 def find_timm_model(module: nn.Module) -> Optional[nn.Module]:
@@ -653,7 +323,7 @@ class VisionDataModule(pl.LightningDataModule, metaclass=ABCMeta):
             files = [(path, -1 if targets is None else targets[index])
                      for index in sorted(indices) for path in sample_files(index)]
             read = {}
-        return {"split": split, "listed": len(base), "files": [_file_record(path, label) for path, label in files],
+        return {"split": split, "listed": len(base), "files": [file_record(path, label) for path, label in files],
                 **read}
 
     def listing_fingerprint(self, split: str = "train") -> dict[str, Any]:

@@ -11,7 +11,9 @@ import torchvision.datasets
 from torch.utils.data import Dataset, Subset
 from torchvision.datasets import ImageFolder
 
-from .base import TransformImage, VisionDataModule, dataset_targets, read_image
+from .base import VisionDataModule
+from .images import read_image
+from .sampling import TransformImage, dataset_targets
 from .fashion_mnist import FashionMNIST, FashionMNISTClutter, download_fashion_mnist
 from .folders import ImageList, ImageTree, class_dirs, find_val_labels, flat_val_images, image_files, unlabeled_images
 from .layouts import FOLDER_LAYOUTS, check_folder_root

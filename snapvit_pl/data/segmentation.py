@@ -12,7 +12,8 @@ from torch.utils.data import Dataset
 from torchvision.datasets import VOCSegmentation
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from .base import VisionDataModule, read_image
+from .base import VisionDataModule
+from .images import read_image
 from .fashion_mnist import FashionMNIST, FashionMNISTSegmentation, download_fashion_mnist
 from .transforms import SegmentationTransform
 from ..errors import DataError

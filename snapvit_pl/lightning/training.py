@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from ..data.base import epoch_seed
+from ..data.sampling import epoch_seed
 from ..errors import ConfigError
 from ..ranges import check_arguments
 

@@ -127,7 +127,7 @@ def test_a_dropped_loader_frees_its_persistent_workers_at_once():
 
     from torch.utils.data import TensorDataset
 
-    from snapvit_pl.data.base import DeferredDataLoader
+    from snapvit_pl.data.sampling import DeferredDataLoader
 
     loader = DeferredDataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, num_workers=1, persistent_workers=True)
     assert len(list(loader)) == 2

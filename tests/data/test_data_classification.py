@@ -175,7 +175,7 @@ def test_shards_of_an_uneven_image_count_have_as_many_batches_each_image_once(cl
     """prune.py's processes step through their batches together (Lightning exchanges a tensor at every batch): 12
     images on 5 processes (shards of 3, 3, 2, 2, 2) in batches of 2 are 2 batches on every process, each image in
     exactly one. (Before, the 3-image shards had 2 batches and the others 1: a run hung in gloo for 30 minutes.)"""
-    from snapvit_pl.data.base import shard_batches
+    from snapvit_pl.data.sampling import shard_batches
     from snapvit_pl.errors import ConfigError
 
     dm = ClassificationDataModule("folder", str(classification_tree), data_config=rgb32, batch_size=2)

@@ -13,7 +13,7 @@ from lightning_fabric.utilities.distributed import DistributedSamplerWrapper
 from snapvit_pl.data import (
     ClassificationDataModule, EpochSeededSampler, MappedDataset, classification_transform, resolve_input_config,
 )
-from snapvit_pl.data.base import TransformImage
+from snapvit_pl.data.sampling import TransformImage
 
 
 def _epochs(sampler, epochs):
