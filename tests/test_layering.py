@@ -3,6 +3,7 @@
     errors       errors
     ranges       ranges
     foundations  seeding, io, device, progress
+    config_files config_files (the YAML config files: presets, reading, base layering, --config actions)
     models       models, data
     algorithms   elastic, scoring, correction, eval
     search       search
@@ -21,6 +22,7 @@ LAYERS = [
     ("errors", "version"),
     ("ranges",),
     ("seeding", "io", "device", "progress"),
+    ("config_files",),
     ("models", "data"),
     ("elastic", "scoring", "correction", "eval"),
     ("search",),

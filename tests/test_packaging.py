@@ -14,7 +14,7 @@ import yaml
 from images import image_folder
 
 from snapvit_pl.cli import main
-from snapvit_pl.cli.common import DEFAULT_PRUNE_CONFIG, PRESET_KINDS, PRESETS_DIR, resolve_config
+from snapvit_pl.config_files import DEFAULT_PRUNE_CONFIG, PRESET_KINDS, PRESETS_DIR, resolve_config
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Data-only packages (no Python modules): configs/<kind>/ and the demo's model folder under assets/.

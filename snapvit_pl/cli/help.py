@@ -17,7 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .common import config_label
+from ..config_files import config_label
 from .preflight import settings_in_effect
 
 OPTIONS_FILE = Path(__file__).with_name("prune_options.json")
@@ -112,7 +112,7 @@ def prune_help(argv: Sequence[str], default_config: Path, usage: str, descriptio
     return first_screen(argv, default_config, usage, description, epilog) + load_options()["text"]
 
 
-#: --config's help line: a file or a shipped preset's name (snapvit_pl.cli.common.resolve_config).
+#: --config's help line: a file or a shipped preset's name (snapvit_pl.config_files.resolve_config).
 CONFIG_HELP = ("a YAML file of these options (repeatable, the last wins), or the name of a shipped preset: "
                "configs/prune/NAME.yaml, found from any directory (e.g. --config dino_vitb16 --config quick)")
 

@@ -99,7 +99,7 @@ def split_options(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, Any]]
 
 def config_file_values(config: str) -> dict[str, Any]:
     """The flattened settings of one ``--config`` value (a YAML file, or YAML text)."""
-    from .common import merged_config, names_file
+    from ..config_files import merged_config, names_file
 
     data = merged_config(Path(config)) if names_file(config) else _yaml(config)  # a file with the files it extends (base:)
     return flatten(data) if isinstance(data, dict) else {}

@@ -15,13 +15,14 @@ from typing import Any, Optional
 
 from ..errors import ConfigError
 from ..lightning.trainer_policy import check_options, lightning_information
+from ..config_files import DEFAULT_PRUNE_CONFIG, check_config_files, layered_parser
 from ..progress import MODES, resolve_mode
 from ..run.folder import FolderHints, check_run_folder
 from ..run.names import SCORES_FILE
 from ..seeding import SEED_RANGE, check_seed, derive_seeds
 from .common import (
-    DEFAULT_PRUNE_CONFIG, check_config_files, check_device_counts, check_output_dir, first_process, help_formatter,
-    layered_parser, program, run_command, tensorboard_logger, writing_to,
+    check_device_counts, check_output_dir, first_process, help_formatter, program, remember_parser, run_command,
+    tensorboard_logger, writing_to,
 )
 
 #: What to lower when a run runs out of memory.
@@ -181,7 +182,7 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
 
     class PruneCLI(LightningCLI):
         def init_parser(self, **kwargs: Any) -> Any:
-            return layered_parser(self.parser_class, **kwargs)  # a config's base: files first
+            return remember_parser(layered_parser(self.parser_class, **kwargs))  # a config's base: files first
 
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument("--out_dir", type=Optional[str], default=None,

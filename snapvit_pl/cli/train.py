@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from ..config_files import check_config_files, layered_parser
 from ..errors import ConfigError
 from .common import (
-    check_config_files, check_device_counts, layered_parser, program, run_command, show_declared, tensorboard_logger,
-    writing_to,
+    check_device_counts, program, remember_parser, run_command, show_declared, tensorboard_logger, writing_to,
 )
 
 
-#: --config's help line (:func:`snapvit_pl.cli.common.resolve_config`).
+#: --config's help line (:func:`snapvit_pl.config_files.resolve_config`).
 CONFIG_HELP = ("a YAML file of these options (repeatable, the last wins), or the name of a shipped preset: "
                "configs/train/NAME.yaml, found from any directory (e.g. --config finetune_pruned)")
 
@@ -45,7 +45,7 @@ def train_cli(argv: list[str], run: bool = True, pretrain: bool = False, preempt
 
     class TrainCLI(LightningCLI):
         def init_parser(self, **kwargs: Any) -> Any:
-            return layered_parser(self.parser_class, CONFIG_HELP, **kwargs)  # a config's base: files first
+            return remember_parser(layered_parser(self.parser_class, CONFIG_HELP, **kwargs))  # a config's base: files first
 
         def parse_arguments(self, parser, args) -> None:
             from ..seeding import check_seed

@@ -11,7 +11,7 @@ import yaml
 from images import image_folder
 
 from snapvit_pl.cli import main as snapvit_pl_main
-from snapvit_pl.cli.common import configs_first, merged_config
+from snapvit_pl.config_files import configs_first, merged_config
 from snapvit_pl.models import load_pruned
 from snapvit_pl.cli.evaluate import main as evaluate_main
 from snapvit_pl.cli.extract import main as extract_main
@@ -232,7 +232,7 @@ def test_a_bad_base_is_one_error_line(files, message, tmp_path, capsys):
 def test_a_yaml_merge_key_is_valid_yaml_the_strict_reader_takes(tmp_path, capsys):
     """Issue 48: ``<<: *defaults`` inside a section was refused as "could not determine a constructor for the tag
     merge"; it merges (the section's own keys winning), while a key given twice is still refused."""
-    from snapvit_pl.cli.common import read_config
+    from snapvit_pl.config_files import read_config
 
     (tmp_path / "merge.yaml").write_text("search:\n  <<: {max_evaluations: 4, num_images: 16}\n  num_images: 32\n")
     assert read_config(tmp_path / "merge.yaml")[1] == {"search": {"max_evaluations": 4, "num_images": 32}}

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from snapvit_pl.cli import prune_main
-from snapvit_pl.cli.common import merged_config
+from snapvit_pl.config_files import merged_config
 from snapvit_pl.cli.help import FIRST_SCREEN_KEYS, OPTIONS_FILE, render_options
 from snapvit_pl.cli.prune import declared_option_hints, prune_parser
 

@@ -24,7 +24,8 @@ RANGED = {"--importance.scorer.init_args.probes": "2", "--search.sigma": "0.37",
 def counted(monkeypatch):
     """Counts of the calls that parse, resolve and check, by what they were given."""
     from snapvit_pl import progress, ranges
-    from snapvit_pl.cli import common, prune as prune_cli
+    from snapvit_pl import config_files as common
+    from snapvit_pl.cli import prune as prune_cli
     from snapvit_pl.elastic import budget as budget_module, scores as scores_module
     from snapvit_pl.pipeline import driver
     from snapvit_pl.run import folder as run_folder
@@ -100,7 +101,7 @@ def _in_export() -> bool:
 def test_one_prune_run_parses_resolves_and_checks_each_setting_once(tiny_prune_args, counted, tmp_path):
     args = [a for a in tiny_prune_args if not a.startswith(("--export.budgets", "--data.init_args.batch_size",
                                                             "--evaluation.knn_k"))]
-    from snapvit_pl.cli.common import DEFAULT_PRUNE_CONFIG
+    from snapvit_pl.config_files import DEFAULT_PRUNE_CONFIG
 
     config = tmp_path / "extra.yaml"  # a config file of the user's, extending one of its own
     (tmp_path / "base.yaml").write_text("search:\n  num_images: 16\n")

@@ -55,7 +55,7 @@ def test_a_config_given_as_yaml_text_longer_than_a_file_name_is_read_as_yaml(tmp
     result, _ = _prune(["--config", text, "--search.max_evaluationz=3"], tmp_path)  # read, then the typo refused
     assert result.stdout.split() == ["2", "False"] and result.stderr.startswith(
         "error: --search.max_evaluationz: no such option"), result.stderr[-2000:]
-    from snapvit_pl.cli.common import resolve_config
+    from snapvit_pl.config_files import resolve_config
 
     with pytest.raises(ConfigError, match="no such file or preset"):  # a bare name too long for a path: no crash
         resolve_config("x" * 300)

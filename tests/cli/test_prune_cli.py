@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from snapvit_pl.cli import prune_cli, prune_main
-from snapvit_pl.cli.common import merged_config
+from snapvit_pl.config_files import merged_config
 from snapvit_pl.elastic import Budget, ElasticScores, ElasticViT
 from snapvit_pl.models import BackboneSpec, count_params, fingerprint, load_backbone, load_pruned
 
