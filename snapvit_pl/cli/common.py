@@ -347,35 +347,6 @@ def command_parser(prog: str, doc: str, sections: Iterable[str], epilog: Optiona
     return remember_parser(parser)
 
 
-def check_device_counts(trainer: Any) -> None:
-    """Refuse a ``--trainer.devices`` or ``--trainer.num_nodes`` that cannot launch anything (0, -2, ...), before
-    Lightning does it with a traceback (``prune``, ``train``, ``pretrain``).
-
-    Raises:
-        ConfigError: one line naming the option.
-    """
-    devices = trainer.get("devices")
-    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
-        devices = int(devices)
-    if isinstance(devices, int) and not isinstance(devices, bool) and (devices == 0 or devices < -1):
-        raise ConfigError(f"--trainer.devices {devices}: give a positive count, -1 or auto (every device), or a list "
-                          "of device indices")
-    nodes = trainer.get("num_nodes")
-    nodes = 1 if nodes is None else nodes
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        raise ConfigError(f"--trainer.num_nodes {nodes!r}: give a positive number of nodes")
-
-
-#: What the launchers set to a process's rank (Lightning's own processes: LOCAL_RANK; torchrun: RANK; SLURM, MPI).
-_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-
-
-def first_process() -> bool:
-    """Whether this is the first (or only) process of a run: every other process of a multi-process run (started by
-    Lightning for its other devices, or by torchrun / srun / mpirun) has a non-zero rank in its environment."""
-    return all(os.environ.get(name, "0").strip() in ("", "0") for name in _RANK_VARIABLES)
-
-
 def tensorboard_logger(save_dir: str | Path, **options: Any) -> dict[str, Any]:
     """The one TensorBoard logger of the project's runs: ``<save_dir>/tensorboard`` (no version subfolder)."""
     return {"class_path": "pytorch_lightning.loggers.TensorBoardLogger",

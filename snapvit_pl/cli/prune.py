@@ -7,7 +7,6 @@ import re
 import secrets
 import signal
 import sys
-import time
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -18,11 +17,11 @@ from ..lightning.trainer_policy import check_options, lightning_information
 from ..config_files import DEFAULT_PRUNE_CONFIG, check_config_files, layered_parser
 from ..progress import MODES, resolve_mode
 from ..run.folder import FolderHints, check_run_folder
+from ..run.launch import RUN_DIR_ENV, check_launch, first_process, shared_run_dir
 from ..run.names import SCORES_FILE
 from ..seeding import SEED_RANGE, check_seed, derive_seeds
 from .common import (
-    check_device_counts, check_output_dir, first_process, help_formatter, program, remember_parser, run_command,
-    tensorboard_logger, writing_to,
+    check_output_dir, help_formatter, program, remember_parser, run_command, tensorboard_logger, writing_to,
 )
 
 #: What to lower when a run runs out of memory.
@@ -106,36 +105,7 @@ def check_trainer_options(trainer: Any, defaults: Any) -> None:
     from ..lightning.pruning_module import check_precision
 
     check_precision(trainer.get("precision"))  # here, before any process starts: refused once, not once per process
-    check_device_counts(trainer)
-    nodes = trainer.get("num_nodes") or 1
-    if nodes > 1 and not any(key in os.environ for key in CLUSTER_ENVIRONMENT):
-        raise ConfigError(f"--trainer.num_nodes {nodes}: no cluster launcher started this process (torchrun, srun, "
-                          "mpirun); start one process per node with it, or run on one node without --trainer.num_nodes")
-
-
-#: What a cluster launcher (torchrun, SLURM, LSF, MPI) sets in every process it starts.
-CLUSTER_ENVIRONMENT = ("WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE",
-                       "PMI_SIZE")
-#: The environment variable through which the first process hands the run directory it chose to the processes
-#: Lightning starts for the other devices (they run this command line again).
-RUN_DIR_ENV = "SNAPVIT_RUN_DIR"
-
-
-def shared_run_dir(num_nodes: int) -> Path:
-    """The default run directory, ``runs/prune/<timestamp>``: chosen once, by the first process, and handed to the
-    processes it starts; processes started by a cluster launcher cannot agree on one and must be given it.
-
-    Raises:
-        ConfigError: a multi-process launch from outside without ``--out_dir``.
-    """
-    if os.environ.get("LOCAL_RANK", "0") != "0" and RUN_DIR_ENV in os.environ:  # started by the first process
-        return Path(os.environ[RUN_DIR_ENV])
-    if (num_nodes or 1) > 1 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        raise ConfigError("a run of several processes started by a launcher (torchrun, srun, several nodes) needs "
-                          "--out_dir: a directory every process sees, so that they write one run")
-    out_dir = Path("runs") / "prune" / time.strftime("%Y%m%d-%H%M%S")
-    os.environ[RUN_DIR_ENV] = str(out_dir)  # read back by the processes Lightning starts for the other devices
-    return out_dir
+    check_launch(trainer)
 
 
 class _ParserBuilt(Exception):

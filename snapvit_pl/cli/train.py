@@ -10,9 +10,8 @@ from typing import Any, Optional
 
 from ..config_files import check_config_files, layered_parser
 from ..errors import ConfigError
-from .common import (
-    check_device_counts, program, remember_parser, run_command, show_declared, tensorboard_logger, writing_to,
-)
+from ..run.launch import check_device_counts
+from .common import program, remember_parser, run_command, show_declared, tensorboard_logger, writing_to
 
 
 #: --config's help line (:func:`snapvit_pl.config_files.resolve_config`).
