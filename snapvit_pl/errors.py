@@ -54,6 +54,26 @@ def os_error(err: BaseException) -> "OSError | None":
     return None
 
 
+def user_error_in(err: BaseException) -> "SnapViTError | None":
+    """The first error meant for the user in ``err``'s chain of causes (what an instantiation wrapper re-raised)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, SnapViTError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is a CUDA out-of-memory error or a failed CPU allocation."""
+    import torch
+
+    message = str(err)
+    return isinstance(err, torch.OutOfMemoryError) or (
+        isinstance(err, RuntimeError) and ("CUDA out of memory" in message or "can't allocate memory" in message))
+
+
 def storage_error(err: OSError, path: "str | None" = None, needed: "int | None" = None,
                   written: "int | None" = None, where: "str | None" = None) -> StorageError:
     """The one mapping of an operating-system error to a line for the user: the path, what went wrong, and (disk

@@ -256,3 +256,64 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as indented JSON to ``path`` atomically."""
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def _writable(directory: Path) -> Optional[str]:
+    """Why a file cannot be created in ``directory`` (None: it can), found by creating (and removing) one."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return None
+    except OSError as err:
+        return err.strerror or str(err)
+
+
+def _check_ancestors(path: Path, option: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a directory this process can write in."""
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor.parent != ancestor:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{option} {path} lies under the file {ancestor}; choose a path in a directory")
+    reason = _writable(ancestor)
+    if reason is not None:
+        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not writable ({reason}); choose a "
+                          "writable location")
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """Refuse, before anything is written, an output directory that cannot be one: a file, under a file, or not
+    writable (nor its nearest existing ancestor)."""
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; create "
+                          "that directory, or choose another path")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path} is a file, not a directory; choose a directory path")
+    if path.is_dir():
+        reason = _writable(path)
+        if reason is not None:
+            raise ConfigError(f"{option} {path} is not writable ({reason}); choose a writable directory")
+    else:
+        _check_ancestors(path, option)
+    return path
+
+
+def check_output_file(path: str | Path, option: str, overwrite: Optional[bool] = True,
+                      ours: Optional[Callable[[Path], bool]] = None) -> Path:
+    """Refuse, before anything is written, an output file that cannot be written (a directory, under a file, in
+    a read-only directory, a named pipe) or that exists without ``overwrite``; ``overwrite`` None (the default of
+    ``--overwrite``): an existing file is replaced only when ``ours(path)`` says this command wrote it."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a directory; give a file path")
+    if special_file(path) is not None:
+        raise ConfigError(f"{option} {path} is {special_file(path)}, not a file; give a file path")
+    if path.exists() and overwrite is None and not (ours is not None and ours(path)):
+        raise ConfigError(f"{option} {path} exists and was not written by this command; pass --overwrite true to "
+                          "replace it or choose another path")
+    if path.exists() and overwrite is False:
+        raise ConfigError(f"{option} {path} exists; pass --overwrite true to replace it or choose another path")
+    _check_ancestors(path, option)
+    return path

@@ -29,6 +29,17 @@ def check_seed(seed: Any) -> None:
         raise ConfigError(f"--seed_everything {seed}: seeds lie in [{low}, {high}] (or true for a random one)")
 
 
+def root_seed(seed: Any) -> Any:
+    """``seed_everything`` as a run uses it: ``true`` becomes a random seed (drawn here, so that the run records it),
+    any other value is checked (:func:`check_seed`) and kept."""
+    import secrets
+
+    if seed is True:
+        return secrets.randbelow(SEED_RANGE[1] + 1)
+    check_seed(seed)
+    return seed
+
+
 def derive_seeds(config: Any) -> None:
     """Apply the policy to a parsed ``prune.py`` configuration: every seed left unset takes ``seed_everything``'s
     value."""

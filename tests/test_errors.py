@@ -119,7 +119,7 @@ def test_issue_52_settings_bounded_by_the_model_and_labels_that_never_round_a_ch
     more greedy stages than removable units are refused naming the count."""
     import os
 
-    from snapvit_pl.cli.common import check_output_dir
+    from snapvit_pl.io import check_output_dir
     from snapvit_pl.elastic import Budget
     from snapvit_pl.errors import ConfigError
     from snapvit_pl.models import BackboneSpec

@@ -23,7 +23,10 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from ..errors import ConfigError, SnapViTError, config_error, env_verbose, exit_with_error, os_error, storage_error
+from ..errors import (
+    ConfigError, SnapViTError, config_error, env_verbose, exit_with_error, os_error, out_of_memory, storage_error,
+    user_error_in,
+)
 from ..config_files import config_action, configs_first, resolve_configs
 from ..lightning.trainer_policy import ignore_expected_warnings
 
@@ -97,26 +100,6 @@ def pop_verbose(argv: list[str], keep: bool = True) -> tuple[list[str], bool]:
             out.append(arg)
         i += 1
     return out, verbose
-
-
-def user_error_in(err: BaseException) -> Optional[SnapViTError]:
-    """The first error meant for the user in ``err``'s chain of causes (what an instantiation wrapper re-raised)."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, SnapViTError):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
-
-
-def out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` is a CUDA out-of-memory error or a failed CPU allocation."""
-    import torch
-
-    message = str(err)
-    return isinstance(err, torch.OutOfMemoryError) or (
-        isinstance(err, RuntimeError) and ("CUDA out of memory" in message or "can't allocate memory" in message))
 
 
 def run_command(body: Callable[[list[str]], int], argv: Optional[Sequence[str]], command: str,
@@ -351,66 +334,3 @@ def tensorboard_logger(save_dir: str | Path, **options: Any) -> dict[str, Any]:
     """The one TensorBoard logger of the project's runs: ``<save_dir>/tensorboard`` (no version subfolder)."""
     return {"class_path": "pytorch_lightning.loggers.TensorBoardLogger",
             "init_args": {"save_dir": str(save_dir), "name": "tensorboard", "version": "", **options}}
-
-
-def _writable(directory: Path) -> Optional[str]:
-    """Why a file cannot be created in ``directory`` (None: it can), found by creating (and removing) one."""
-    import tempfile
-
-    try:
-        with tempfile.TemporaryFile(dir=directory):
-            return None
-    except OSError as err:
-        return err.strerror or str(err)
-
-
-def _check_ancestors(path: Path, option: str) -> None:
-    """The nearest existing ancestor of ``path`` must be a directory this process can write in."""
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor.parent != ancestor:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"{option} {path} lies under the file {ancestor}; choose a path in a directory")
-    reason = _writable(ancestor)
-    if reason is not None:
-        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not writable ({reason}); choose a "
-                          "writable location")
-
-
-def check_output_dir(path: str | Path, option: str) -> Path:
-    """Refuse, before anything is written, an output directory that cannot be one: a file, under a file, or not
-    writable (nor its nearest existing ancestor)."""
-    path = Path(path)
-    if path.is_symlink() and not path.exists():
-        raise ConfigError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; create "
-                          "that directory, or choose another path")
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{option} {path} is a file, not a directory; choose a directory path")
-    if path.is_dir():
-        reason = _writable(path)
-        if reason is not None:
-            raise ConfigError(f"{option} {path} is not writable ({reason}); choose a writable directory")
-    else:
-        _check_ancestors(path, option)
-    return path
-
-
-def check_output_file(path: str | Path, option: str, overwrite: Optional[bool] = True,
-                      ours: Optional[Callable[[Path], bool]] = None) -> Path:
-    """Refuse, before anything is written, an output file that cannot be written (a directory, under a file, in
-    a read-only directory, a named pipe) or that exists without ``overwrite``; ``overwrite`` None (the default of
-    ``--overwrite``): an existing file is replaced only when ``ours(path)`` says this command wrote it."""
-    from ..io import special_file
-
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{option} {path} is a directory; give a file path")
-    if special_file(path) is not None:
-        raise ConfigError(f"{option} {path} is {special_file(path)}, not a file; give a file path")
-    if path.exists() and overwrite is None and not (ours is not None and ours(path)):
-        raise ConfigError(f"{option} {path} exists and was not written by this command; pass --overwrite true to "
-                          "replace it or choose another path")
-    if path.exists() and overwrite is False:
-        raise ConfigError(f"{option} {path} exists; pass --overwrite true to replace it or choose another path")
-    _check_ancestors(path, option)
-    return path

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .common import check_output_file, command_parser, run_command, writing_to
+from ..io import check_output_file
+from .common import command_parser, run_command, writing_to
 
 EPILOG = """examples:
   snapvit-pl deploy --checkpoint runs/prune/X/models/flops0.5 --check true --benchmark true   # .../flops0.5/model.onnx

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .common import check_output_file, command_parser, run_command, writing_to
+from ..io import check_output_file
+from .common import command_parser, run_command, writing_to
 
 EPILOG = """examples:
   snapvit-pl evaluate --checkpoint runs/prune/X/models/flops0.5 --evaluation.metrics [knn,linear,head]

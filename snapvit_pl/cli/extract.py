@@ -16,7 +16,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
-from .common import check_output_dir, command_parser, run_command, show_declared, writing_to
+from ..io import check_output_dir
+from .common import command_parser, run_command, show_declared, writing_to
 
 EPILOG = """examples:
   snapvit-pl extract --scores runs/prune/X/elastic_scores.safetensors --out_dir pruned/ \\

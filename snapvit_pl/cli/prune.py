@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import secrets
 import signal
 import sys
 import typing
@@ -16,13 +15,12 @@ from ..errors import ConfigError
 from ..lightning.trainer_policy import check_options, lightning_information
 from ..config_files import DEFAULT_PRUNE_CONFIG, check_config_files, layered_parser
 from ..progress import MODES, resolve_mode
-from ..run.folder import FolderHints, check_run_folder
+from ..run.folder import FolderHints, check_run_folder, resumable
 from ..run.launch import RUN_DIR_ENV, check_launch, first_process, shared_run_dir
 from ..run.names import SCORES_FILE
-from ..seeding import SEED_RANGE, check_seed, derive_seeds
-from .common import (
-    check_output_dir, help_formatter, program, remember_parser, run_command, tensorboard_logger, writing_to,
-)
+from ..seeding import derive_seeds, root_seed
+from ..io import check_output_dir
+from .common import help_formatter, program, remember_parser, run_command, tensorboard_logger, writing_to
 
 #: What to lower when a run runs out of memory.
 BATCH_OPTIONS = ("--data.init_args.batch_size", "--search.batch_size", "--evaluation.batch_size", "--correction.batch_size")
@@ -183,9 +181,8 @@ def prune_cli(argv: list[str], resume_dir: Optional[Path] = None, build_only: bo
             if build_only:
                 raise _ParserBuilt(parser)
             super().parse_arguments(parser, args)
-            if self.config.seed_everything is True:  # a random seed, drawn here and recorded (Lightning would use 0)
-                self.config.seed_everything = secrets.randbelow(SEED_RANGE[1] + 1)
-            check_seed(self.config.seed_everything)  # (Lightning seeds before before_instantiate_classes)
+            # a random seed drawn here and recorded (Lightning would use 0); checked before Lightning seeds with it
+            self.config.seed_everything = root_seed(self.config.seed_everything)
 
         def before_instantiate_classes(self) -> None:
             config = self.config
@@ -249,11 +246,7 @@ def _resume_args(argv: list[str]) -> tuple[list[str], Optional[Path]]:
     rest = [a for i, a in enumerate(argv) if a != "--resume" and not a.startswith("--resume=")
             and (i == 0 or argv[i - 1] != "--resume")]
     run_dir = Path(resume)
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{run_dir} has no config.yaml: --resume takes the directory of an interrupted prune.py run")
-    if (run_dir / "report.json").exists():
-        raise ConfigError(f"{run_dir} already finished (report.json exists); nothing to resume")
-    return ["--config", str(run_dir / "config.yaml"), *rest, "--out_dir", str(run_dir), "--overwrite", "true"], run_dir
+    return ["--config", str(resumable(run_dir)), *rest, "--out_dir", str(run_dir), "--overwrite", "true"], run_dir
 
 
 class _Interrupted(KeyboardInterrupt):

@@ -16,8 +16,22 @@ from typing import Optional
 
 from ..errors import ConfigError
 from .lock import DirectoryLock
-from .names import (FIGURE_NAMES, LOCK_FILE, REPORT_FILE, RESULT_FILES, RESUME_FILE, RUN_DIR_NAMES, RUN_SUBFOLDERS,
-                    SCORES_FILE)
+from .names import (
+    CONFIG_FILE, FIGURE_NAMES, LOCK_FILE, REPORT_FILE, RESULT_FILES, RESUME_FILE, RUN_DIR_NAMES, RUN_SUBFOLDERS, SCORES_FILE,
+)
+
+
+def resumable(run_dir: Path) -> Path:
+    """The saved config of the interrupted run in ``run_dir`` (what ``--resume`` continues from).
+
+    Raises:
+        ConfigError: not a run folder, or a finished run's.
+    """
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ConfigError(f"{run_dir} has no {CONFIG_FILE}: --resume takes the directory of an interrupted prune.py run")
+    if (run_dir / REPORT_FILE).exists():
+        raise ConfigError(f"{run_dir} already finished ({REPORT_FILE} exists); nothing to resume")
+    return run_dir / CONFIG_FILE
 
 
 @dataclass(frozen=True)
