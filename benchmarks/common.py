@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # snapvit_pl when run as a script from a checkout
 
-from snapvit_pl.cli.common import DEFAULT_PRUNE_CONFIG  # noqa: E402
+from snapvit_pl.config_files import DEFAULT_PRUNE_CONFIG  # noqa: E402
 from snapvit_pl.cli.prune import prune_cli  # noqa: E402
 from snapvit_pl.models import BackboneSpec  # noqa: E402
 from snapvit_pl.pipeline import PipelineSettings  # noqa: E402

@@ -60,6 +60,7 @@ from snapvit_pl.models import BackboneSpec, embed, input_shape, load_backbone, p
 from snapvit_pl.pipeline import (  # noqa: E402
     ExportSettings, ImportanceSettings, Pipeline, PipelineSettings, SearchSettings, TensorInputs,
 )
+from snapvit_pl.pipeline.data_source import use_datamodule  # noqa: E402
 from snapvit_pl.pipeline.splits import split_candidates, split_points  # noqa: E402
 from snapvit_pl.scoring.sensitivity import unit_masks  # noqa: E402
 from snapvit_pl.search.race import subnet_key  # noqa: E402
@@ -218,7 +219,7 @@ def demo(args: argparse.Namespace, clock: Clock, log: Progress) -> dict[str, Any
     """The reference model with the demo's settings (Fashion-MNIST)."""
     setup = prune_setup(*model_overrides("reference"), *demo_overrides(args.tiny))
     pipeline = Pipeline(setup.model, setup.settings, spec=setup.spec, progress="off")
-    pipeline.use_datamodule(setup.datamodule)
+    use_datamodule(pipeline, setup.datamodule)
     batches = list(setup.datamodule.train_dataloader())
     fitness = pipeline.fitness_images()
     data = pipeline.inputs.evaluation_data(setup.settings.evaluation)
@@ -320,7 +321,7 @@ def _rank(rank: int, world: int, init: str, local: str, run_dir: str, tiny: bool
     pipeline = Pipeline(setup.model, setup.settings, spec=setup.spec, run_dir=run_dir, progress="off",
                         dist=Distributed(rank, world, None, all_gather if world > 1 else None,
                                          gather_objects if world > 1 else None))
-    pipeline.use_datamodule(setup.datamodule)
+    use_datamodule(pipeline, setup.datamodule)
     pipeline.load_state_dict({"local": torch.load(local)})  # the importance pass is done (the same for both)
     pipeline.search()
     times = {}
@@ -339,7 +340,7 @@ def rank_times(args: argparse.Namespace, log: Progress) -> dict[str, Any]:
 
     setup = prune_setup(*model_overrides("reference"), *demo_overrides(args.tiny))
     pipeline = Pipeline(setup.model, setup.settings, spec=setup.spec, progress="off")
-    pipeline.use_datamodule(setup.datamodule)
+    use_datamodule(pipeline, setup.datamodule)
     local = pipeline.importance(setup.datamodule.train_dataloader())
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,7 +6,7 @@ from typing import Any
 import pytorch_lightning as pl
 
 from snapvit_pl.lightning.pruning_module import PruningModule, StageCallback
-from snapvit_pl.pipeline.inputs import StageInputs
+from snapvit_pl.pipeline.data_source import use_trainer_data
 
 
 class ImportanceCallback(StageCallback):
@@ -22,12 +22,7 @@ class ImportanceCallback(StageCallback):
 
     def setup(self, trainer: pl.Trainer, pl_module: PruningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        if pl_module.pipeline.check_data_source(trainer.datamodule):
-            pl_module.pipeline.use_datamodule(trainer.datamodule)
-            if hasattr(trainer.datamodule, "shard"):  # un-padded: each image once
-                trainer.datamodule.shard(trainer.global_rank, trainer.world_size)
-        elif type(pl_module.pipeline.inputs) is StageInputs:  # a plain loader: the later stages keep its images
-            pl_module.pipeline.use_loader()
+        use_trainer_data(pl_module.pipeline, trainer.datamodule, trainer.global_rank, trainer.world_size)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: PruningModule) -> None:
         pl_module.pipeline.start_importance(trainer.num_training_batches)

@@ -49,10 +49,17 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules ``name`` imports anywhere in its file (module level or inside functions)."""
+    """The project modules ``name`` imports anywhere in its file (module level or inside functions; not the
+    annotation-only imports under ``if TYPE_CHECKING:``)."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    # an `if TYPE_CHECKING:` import names a type for annotations and runs never: no edge of the import graph
+    typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and getattr(node.test, "id", None) == "TYPE_CHECKING" for inner in ast.walk(node)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -279,11 +279,12 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         from ..run.resume import load_resume_state
         from ..run.folder import RunFolder
         from ..lightning.strategy import close_process_group
+        from ..pipeline.data_source import record_inputs
 
         cli = prune_cli(argv, resume_dir=resume_dir)
         pipeline = cli.model.pipeline
         pipeline.check()  # budgets the keep ratios cannot reach, before anything is written
-        pipeline.record_inputs(cli.datamodule)  # what it reads of the data: saved below, or compared by a resume
+        record_inputs(pipeline, cli.datamodule)  # what it reads of the data: saved below, or compared by a resume
         out_dir = Path(cli.config.out_dir)
         main_process = cli.trainer.global_rank == 0  # the other DDP processes (and nodes) write nothing
         run["out_dir"] = out_dir

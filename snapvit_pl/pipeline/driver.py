@@ -18,56 +18,35 @@ run's progress (``resume_state.pt``) after the importance pass and every round o
 """
 from __future__ import annotations
 
-import sys
 import time
-import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
 
+from ..device import PeakMemory
 from ..elastic.budget import Budget, CostModel
-from ..elastic.latency import latency_table
 from ..elastic.scores import ElasticScores
 from ..elastic.splits import SplitTable
-from ..device import PeakMemory
-from ..errors import CheckpointError, ConfigError
-from ..eval.suite import check_classes
-from ..models.loading import BackboneSpec, fingerprint, load_backbone
-from ..models.surgery import architecture
+from ..errors import ConfigError
+from ..models.loading import BackboneSpec, fingerprint
 from ..models.modes import eval_mode
-from ..progress import Progress, ProgressMode, shown_mode
+from ..progress import ProgressMode, shown_mode
 from ..run.folder import FolderHints, RunFolder
 from ..scoring import LocalScores
-from ..scoring.base import ScoringContext
 from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
-from ..search.population import AllGather, share_by_cost
-from .extraction import (
-    Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing, resolved_model,
-    throughput_alone, with_timed,
-)
-from .importance import AllReduceSum, ImportancePass
-from .inputs import DataModuleInputs, LoaderInputs, StageInputs
+from ..search.population import AllGather
+from . import export_stage, reload, saved_state
+from .importance import AllReduceSum, ImportancePass, finish_pass, start_pass
+from .inputs import LoaderInputs, StageInputs
 from .report import write_report
-from ..run.names import RESUME_FILE
-from ..run.resume import check_inputs, check_resume_state, save_resume_state
-from ..run.data import run_data as find_run_data
-from .settings import ExportSettings, PipelineSettings
+from .settings import RECORDED_EXPORT, PipelineSettings
 from .splits import SplitChoice, choose_splits, split_table
-from .tables import percent_label
-from .state import DenseModel, ExtractedModel, RunState, Timings
-
-#: The stages, in the order they run.
-STAGES = ("importance", "search", "splits", "export", "report")
-#: What elastic scores record of the export: the MLP width rounding and how the run split its cost budgets (a budget
-#: cut later from the scores, with the run's images, is raced with them: :meth:`Pipeline.from_scores`).
-RECORDED_EXPORT = ("mlp_multiple", "split", "split_candidates", "split_step", "split_images")
-#: The search settings that define the fitness (its images, their batches, its PCA), as the scores record them.
-FITNESS_SEARCH = ("num_images", "batch_size", "pca_components")
+from .state import STAGES, ExtractedModel, RunState
 
 
 @dataclass
@@ -117,10 +96,6 @@ class RunEvents:
     on_report: Optional[Callable[[dict[str, Any]], None]] = None
 
 
-#: What the run calls on a DataModule besides Lightning's own (snapvit_pl.data.VisionDataModule has them all).
-DATAMODULE_METHODS = ("configure_for_model", "unlabeled_images", "labeled_dataloader")
-
-
 class Pipeline:
     """SnapViT on one pretrained ViT: its stages in order, over one :class:`RunState`.
 
@@ -131,7 +106,7 @@ class Pipeline:
             architecture name, without weights.
         inputs: the fitness / calibration images and evaluation data (:class:`DataModuleInputs`, :class:`TensorInputs`).
         seg_datamodule: a :class:`snapvit_pl.data.SegmentationDataModule` the ``seg`` metric (a linear probe's mIoU on
-            patch tokens) evaluates every model on, when the inputs come from a DataModule (:meth:`use_datamodule`).
+            patch tokens) evaluates every model on, when the inputs come from a DataModule (:func:`~.data_source.use_datamodule`).
         run_dir: where the scores, models, report and progress are written (None: nothing is written): a folder, or a
             :class:`~snapvit_pl.run.folder.RunFolder` its caller holds. The pipeline takes the folder before it
             starts work (:meth:`hold_folder`) and holds it until :meth:`close` (or the end of a ``with`` block): a
@@ -304,140 +279,30 @@ class Pipeline:
         yield
         self.state.peak_memory_mb[stage] = round(memory.peak_mb(), 1)
 
-    def check_data_source(self, datamodule: Any) -> bool:
-        """Whether the run takes its later stages' images from a Trainer's ``datamodule`` (:meth:`use_datamodule`: one
-        of :mod:`snapvit_pl.data`'s, or one with :data:`DATAMODULE_METHODS`) or, when it has none or another kind,
-        from the batches of its train loader (:meth:`use_loader`, unless images were given otherwise, e.g.
-        :class:`TensorInputs`).
 
-        Raises:
-            ConfigError: a plain loader on several processes (each would read all of it).
-        """
-        from ..data.base import VisionDataModule
 
-        if datamodule is not None and (isinstance(datamodule, VisionDataModule)
-                                       or all(callable(getattr(datamodule, m, None)) for m in DATAMODULE_METHODS)):
-            return True
-        if type(self.inputs) is StageInputs and self.dist.world_size > 1:
-            given = "a plain loader" if datamodule is None else f"a {type(datamodule).__name__}"
-            raise ConfigError(f"the Trainer was given {given} on {self.dist.world_size} processes: each would read all "
-                              "of its images (the pruning run shards only its own DataModules); use one process, or "
-                              "one of snapvit_pl.data's DataModules (ClassificationDataModule, ImageFolderDataModule)")
-        return False
 
-    def use_loader(self) -> None:
-        """Take the later stages' images from the batches the importance pass reads (:class:`LoaderInputs`: a
-        composed Trainer fitted on a plain loader, or on a DataModule without :data:`DATAMODULE_METHODS`)."""
-        from .importance import scoring_views
 
-        s = self.settings
-        fitness = s.search.num_images if s.search.max_evaluations > 0 or s.export.split == "fitness" else 0
-        calibration = s.correction.num_samples if s.correction.enabled else 0
-        evaluation = ((s.evaluation.train_samples or sys.maxsize // 2, s.evaluation.val_samples or sys.maxsize // 2)
-                      if set(s.evaluation.metrics) & {"knn", "linear", "head"} else None)
-        self.inputs = LoaderInputs(scoring_views(s.importance.scorer), fitness, calibration, evaluation,
-                                   model=self.model)
 
-    def use_datamodule(self, datamodule: Any) -> None:
-        """Take the run's data from a DataModule: set it up for the importance pass (the model's input format, the
-        views the scorer needs) and read the later stages' images and evaluation data from it (and the ``seg``
-        metric's from ``seg_datamodule``)."""
-        from .importance import prepare_pruning_data
 
-        self._data_context = prepare_pruning_data(datamodule, self.model, self.settings.importance.scorer)
-        if not getattr(datamodule, "labeled", True):
-            needs = [m for m in self.settings.evaluation.metrics if m != "throughput"]
-            if needs or self.settings.importance.scorer.requires_labels:
-                what = f"evaluation.metrics {needs}" if needs else f"the {self.settings.importance.scorer.name} scorer"
-                raise ConfigError(f"{what} need labeled images, but {datamodule.root} is a folder of unlabeled images; "
-                                  "set --evaluation.metrics '[]' (or [throughput]) and a label-free scorer, or give "
-                                  "a labeled folder (root/train/<class>/..., root/val/...)")
-        if getattr(datamodule, "labeled", True):
-            check_classes(getattr(datamodule, "num_classes", None), self.settings.evaluation.metrics,
-                          str(getattr(datamodule, "root", "the data")))
-        if self.seg_datamodule is not None:
-            self.seg_datamodule.configure_for_model(self.model)
-        self.inputs = DataModuleInputs(datamodule, self.seg_datamodule)
-        if self.state.inputs is None and self._inputs_source is datamodule:  # downloaded since record_inputs
-            self._current_inputs()
-            self.save_progress()
 
-    def record_inputs(self, datamodule: Any) -> None:
-        """Fingerprint what this run reads of ``datamodule``'s training split for its scores
-        (:meth:`~snapvit_pl.data.VisionDataModule.input_fingerprint`): the pruning pass's subset (when the scorer
-        reads data) and, when the search or the fitness split choice runs, the fitness images' subset. It is saved
-        with the progress, and a resume recomputes and compares it before anything else (:meth:`load_state_dict`
-        refuses other images). The calibration and evaluation images are not in it: a resumed run reads them afresh
-        in full (the export always runs again), so they never mix with what the interrupted run read.
-
-        Call it before the run's first :meth:`save_progress` or :meth:`load_state_dict`. A DataModule that downloads
-        (``download: true``) is fingerprinted once it is prepared (:meth:`use_datamodule`, which then saves the
-        progress) unless a resume needs it first; one without ``input_fingerprint`` records nothing.
-        """
-        if getattr(datamodule, "input_fingerprint", None) is None:
-            return
-        self._inputs_source = datamodule
-        if not getattr(datamodule, "download", False):  # now: a data error comes before anything is written
-            self._current_inputs()
-
-    def _current_inputs(self) -> Optional[dict[str, Any]]:
-        """The fingerprint :meth:`record_inputs` asked for, computed once (None: nothing recorded)."""
-        if self.state.inputs is None and self._inputs_source is not None:
-            s = self.settings
-            sizes: list[Optional[int]] = [None] if s.importance.scorer.requires_data else []
-            if s.search.max_evaluations > 0 or s.export.split == "fitness":
-                sizes.append(s.search.num_images)
-            self.state.inputs = self._inputs_source.input_fingerprint(sizes)
-        return self.state.inputs
-
-    # -- checks before any work ------------------------------------------------------------------------------
+    # -- checks before any work (snapvit_pl/pipeline/export_stage.py) ---------------------------------------
     def check(self) -> None:
-        """Refuse now what would fail after the expensive stages: budgets the configured keep ratios
-        (``importance.min_mlp_keep`` / ``min_head_keep``) cannot reach, metrics a pruning run cannot measure.
-
-        Raises:
-            PruningSpecError, ConfigError: naming the budget or setting.
-        """
-        if self._checked:  # once per run (prune.py checks before anything is written, the export callback again)
-            return
-        s = self.settings
-        check_budgets(self.model, s.export.budgets, s.importance, s.export.mlp_multiple, self.cost)
-        self._checked = True
-        if "seg" in s.evaluation.metrics and self.seg_datamodule is None and not self.inputs.has_segmentation():
-            raise ConfigError("evaluation.metrics: 'seg' needs segmentation data; give a SegmentationDataModule as "
-                              "seg_data (e.g. the offline Fashion-MNIST canvases: --seg_data SegmentationDataModule "
-                              "--seg_data.init_args.source fashion_mnist)")
+        """Refuse now what would fail after the expensive stages (:func:`~.export_stage.check`)."""
+        export_stage.check(self)
 
     def check_latency(self, device: Optional[torch.device | str] = None) -> None:
-        """When a budget asks for latency: measure the latency table now (once; cached in the run directory, reused
-        by a resume) and refuse a latency budget it cannot reach, before the expensive stages. Rank 0 only.
-
-        Args:
-            device: where the run will compute (default: the model's device); ``export.latency_device`` wins.
-        """
-        s = self.settings
-        if self.dist.is_main and any(b.latency is not None for b in s.export.budgets):
-            check_budgets(self.model, s.export.budgets, s.importance, s.export.mlp_multiple,
-                          self._cost_for(s.export.budgets, device))
+        """Measure a latency budget's table now and refuse one it cannot reach (:func:`~.export_stage.check_latency`)."""
+        export_stage.check_latency(self, device)
 
     # -- stage 1: importance ---------------------------------------------------------------------------------
     def start_importance(self, batches: Optional[int] = None) -> None:
         """Bind the scorer to the model and reset it (a pass of ``batches`` batches follows); a no-op when the
         scores are complete already (a resumed run)."""
         self._begin("importance")
-        if self.completed("importance"):
-            return
-        self.hold_folder()  # before any work: a folder this run may not write in is refused now
-        self._pass = ImportancePass(self.settings.importance.scorer, self.model, self.scoring_context(),
-                                    self.dist.all_reduce_sum, batches, self._show())
-        self._importance = {"started": time.perf_counter(), "memory": self._start_memory()}
-
-    def scoring_context(self) -> ScoringContext:
-        """What this run hands its scorer: the keep ratios (``importance.min_mlp_keep`` / ``min_head_keep``) and, from a
-        DataModule (:meth:`use_datamodule`), its global crops per sample and batch size."""
-        importance = self.settings.importance
-        return ScoringContext(min_mlp_keep=importance.min_mlp_keep, min_head_keep=importance.min_head_keep,
-                              **self._data_context)
+        if not self.completed("importance"):
+            self.hold_folder()  # before any work: a folder this run may not write in is refused now
+            self._pass = start_pass(self, batches)
 
     @property
     def importance_passes(self) -> int:
@@ -447,7 +312,7 @@ class Pipeline:
 
     def importance_step(self, batch: Any) -> dict[str, Any]:
         """Feed one batch to the scorer; returns what to log (e.g. ``{"loss": ...}``). With a plain loader's inputs
-        (:meth:`use_loader`) the batch is kept for the later stages first, and given the scorer's form."""
+        (:func:`~.data_source.use_loader`) the batch is kept for the later stages first, and given the scorer's form."""
         if self._pass is None:
             if self.completed("importance"):
                 return {}
@@ -457,26 +322,13 @@ class Pipeline:
         return self._pass.step(batch)
 
     def finish_importance(self) -> Optional[LocalScores]:
-        """End a pass over the data: sum the scorer's statistics over processes; after its last pass, compute the
-        local scores, record them and save progress (returns them; None while passes remain)."""
+        """End a pass over the data (:func:`~.importance.finish_pass`): after the scorer's last pass, the local scores
+        (recorded, progress saved); None while passes remain."""
         if self.completed("importance"):
             return self.state.local
         if self._pass is None:
             raise RuntimeError("finish_importance before start_importance")
-        local = self._pass.end_pass()
-        if local is None:
-            if isinstance(self.inputs, LoaderInputs):
-                self.inputs.new_pass()
-            return None
-        self.state.local = local.allocated(self.settings.importance.allocation)
-        self._record_scorer_choices(self._pass.scorer.choices())
-        self._pass = None  # its accumulators (a Gram of gigabytes) are not needed once the scores exist
-        self.state.timings.add("scoring", time.perf_counter() - self._importance["started"])
-        self.state.peak_memory_mb["importance"] = round(self._importance["memory"].peak_mb(), 1)
-        self._importance = None
-        self._end("importance")
-        self.save_progress()
-        return self.state.local
+        return finish_pass(self)
 
     def importance(self, batches: Iterable[Any]) -> LocalScores:
         """The whole importance stage over ``batches`` (multi-crop views, or ``(images, labels)`` for label scorers):
@@ -546,148 +398,27 @@ class Pipeline:
         return scores
 
     # -- stage 4: export -------------------------------------------------------------------------------------
-    def export(
-        self,
-        budgets: Optional[Sequence[Budget | dict[str, Any] | str]] = None,
-        *,
-        models_dir: Optional[str | Path] = None,
-        overwrite: bool = True,
-        evaluate_dense: bool = True,
-    ) -> list[ExtractedModel]:
-        """Cut every budget from the elastic scores: cut -> correct (``correction.enabled``) -> evaluate
-        (``evaluation.metrics``) -> save, in that order; the dense model is evaluated too. Under DDP every rank
-        calls this: each takes its share of the models (and of the dense evaluation), writes its models into the
-        (shared) run directory, and every rank returns all of them, as one process would.
 
-        Args:
-            budgets: the budgets (default ``export.budgets``).
-            models_dir: where each model goes (``<models_dir>/<label>/``); default ``<run_dir>/models`` when
-                ``export.save_models``, else nothing is saved.
-            overwrite: replace models already there (else refuse before any is written).
-            evaluate_dense: also evaluate the dense model (the report's reference row).
-        """
-        self._begin("export")
-        with self._peak_memory("export"):
-            return self._export(budgets, models_dir, overwrite, evaluate_dense)
 
-    def _export(self, budgets: Optional[Sequence[Budget | dict[str, Any] | str]], models_dir: Optional[str | Path],
-                overwrite: bool, evaluate_dense: bool) -> list[ExtractedModel]:
-        s = self.settings
-        started = time.perf_counter()
-        budgets = s.export.budgets if budgets is None else [Budget.parse(b) for b in budgets]
-        cost = self._cost_for(budgets, shared=True)
-        self.race_unrecorded(budgets, cost)
-        scores = self.elastic_scores()
-        # every budget resolved once (a budget that cannot be met fails on every rank, before anything is written),
-        # then the models (and the dense evaluation) shared across ranks by their cost
-        resolved = [resolved_model(b, scores, cost, s.export.mlp_multiple) for b in budgets]
-        flops = [item.flops / cost.dense_flops for item in resolved]
-        self.hold_folder()
-        if models_dir is None and self.run_dir is not None and s.export.save_models:
-            models_dir = self.run_dir / "models"
-        if models_dir is not None and not overwrite:  # on every rank, before any work
-            refuse_existing(models_dir, [b.label() for b in budgets])
-        dense_job = evaluate_dense and s.evaluation.metrics
-        # several processes: the throughput is timed after the others, by the first process alone (throughput_alone)
-        apart = self.dist.world_size > 1 and "throughput" in s.evaluation.metrics
-        settings = replace(s.evaluation, metrics=[m for m in s.evaluation.metrics if m != "throughput"]) if apart else \
-            s.evaluation
-        owner = share_by_cost(flops + ([1.0] if dense_job else []), self.dist.world_size)
-        mine = [item for item, r in zip(resolved, owner) if r == self.dist.rank]
-        correction = None
-        corrected = s.correction.active(self.device)
-        self.state.correction = correction_record(s.correction, corrected, self.device,
-                                                  bool(getattr(s.importance.scorer, "correction_aware", False)))
-        if corrected and mine:
-            correction = Correction(s.correction, self.inputs.calibration_images(s.correction))
-        data = self.inputs.evaluation_data(settings) if mine or (dense_job and owner[-1] == self.dist.rank) else None
-        evaluation = Evaluation(settings, data, self.device) if data is not None else None
-        self.state.dense = DenseModel(cost.dense_params, cost.dense_flops)
-        timings = Timings()
-        dense_metrics = None
-        if evaluation is not None and dense_job and owner[-1] == self.dist.rank:
-            with timings.measure("evaluation"):
-                dense_metrics = evaluation(self.model)
-        with Progress("export", len(budgets), self._show(), unit="model") as bar:  # (every process's models)
-            def finished(item: ExtractedModel) -> None:
-                bar.update(model=item.label, **{percent_label(k): round(100 * v, 2)
-                                                for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
 
-            extracted = extract_models(
-                self.model, scores, mine, mlp_multiple=s.export.mlp_multiple, correction=correction,
-                evaluation=evaluation, save_dir=models_dir, spec=self.spec, overwrite=overwrite, cost=cost,
-                timings=timings, on_model=finished, measure_latency=cost.latency is not None,
-            )
-            shares = self.dist.gather((extracted, dense_metrics))  # every rank's models, in rank order
-            bar.update(len(budgets) - len(mine))  # the other processes' models, done too
-        done = {item.label: item for share, _ in shares for item in share}
-        self.state.extracted = [done[b.label()] for b in budgets]
-        used = next((item.correction["num_samples"] for item in self.state.extracted if item.correction), None)
-        if used is not None and used < s.correction.num_samples:  # the report says how many, and why fewer
-            self.state.correction.update(num_samples=used, num_samples_asked=s.correction.num_samples,
-                                         fewer_because=self.inputs.fewer_calibration_images(used))
-        self.state.dense.metrics = next((m for _, m in shares if m is not None), None)
-        if apart:
-            timed = self.dist.gather(throughput_alone(self.model, self.state.extracted, s.evaluation, self.device,
-                                                      bool(dense_job)) if self.dist.is_main else None)[0]
-            for item in self.state.extracted:
-                item.metrics = with_timed(item.metrics, timed[item.label])
-            if dense_job:
-                self.state.dense.metrics = with_timed(self.state.dense.metrics, timed["dense"])
-        for stage in ("correction", "evaluation"):  # this process's wall clock, as every stage's
-            if getattr(timings, f"{stage}_s") is not None:
-                self.state.timings.add(stage, getattr(timings, f"{stage}_s"))
-        if models_dir is not None and self.run_dir is not None:
-            for item in self.state.extracted:
-                path = Path(item.checkpoint)
-                if path.is_relative_to(self.run_dir):
-                    item.checkpoint = path.relative_to(self.run_dir).as_posix()
-        own = (timings.correction_s or 0.0) + (timings.evaluation_s or 0.0)  # this process's
-        self.state.timings.add("export", time.perf_counter() - started - own)
-        self._end("export")
-        return self.state.extracted
+
+
+    # -- stage 4: export (snapvit_pl/pipeline/export_stage.py) ----------------------------------------------
+    def export(self, budgets: Optional[Sequence[Budget | dict[str, Any] | str]] = None, *,
+               models_dir: Optional[str | Path] = None, overwrite: bool = True,
+               evaluate_dense: bool = True) -> list[ExtractedModel]:
+        """Cut every budget (default ``export.budgets``) from the elastic scores: cut -> correct -> evaluate -> save,
+        on every process its share (:func:`~.export_stage.export`: the arguments)."""
+        return export_stage.export(self, budgets, models_dir=models_dir, overwrite=overwrite,
+                                   evaluate_dense=evaluate_dense)
 
     def unrecorded(self, budgets: Sequence[Budget], cost: Optional[CostModel] = None) -> list[Budget]:
-        """The cost budgets among ``budgets`` whose split the elastic scores do not record (cut later, they take
-        a split interpolated between the recorded ones unless :meth:`race_unrecorded` races them)."""
-        cost = cost or self.cost
-        return [b for b in budgets if (point := b.cost_point(cost)) is not None and not self._splits.records(*point)]
+        """The cost budgets whose split the scores do not record (:func:`~.export_stage.unrecorded`)."""
+        return export_stage.unrecorded(self, budgets, cost)
 
     def race_unrecorded(self, budgets: Sequence[Budget], cost: Optional[CostModel] = None) -> list[SplitChoice]:
-        """Race the split of every cost budget the scores do not record, as a run asked for it would have (its
-        fitness images, ``split_images``, ``split_candidates`` and ``split_step``: recorded in the scores, see
-        :meth:`from_scores`), and record it; nothing without fitness images or with ``export.split: schedule``."""
-        missing = self.unrecorded(budgets, cost)
-        if not missing or self.settings.export.split != "fitness" or not self.inputs.has_fitness_images():
-            return []
-        started = time.perf_counter()
-        with eval_mode(self.model), self._peak_memory("splits"):
-            choices = choose_splits(
-                self.model, self.fitness_images(), self.elastic_scores(), missing, self.settings.search,
-                replace(self.settings.export, split_grid=0.0), cost or self.cost, self._show(), fitness=self.fitness(),
-                rank=self.dist.rank, world_size=self.dist.world_size, all_gather=self.dist.all_gather)
-        for choice in choices:
-            self._splits.add(choice.metric, choice.keep, choice.head_ratio)
-        self.state.splits = [*(self.state.splits or []), *choices]
-        self.state.timings.add("splits", time.perf_counter() - started)
-        return choices
-
-    def _cost_for(self, budgets: Sequence[Budget], device: Optional[torch.device | str] = None,
-                  shared: bool = False) -> CostModel:
-        """The cost model, with the latency table of the target device when a budget asks for latency (measured
-        once, by rank 0, cached in the run directory). ``shared``: called on every rank (the export), which all take
-        rank 0's table so that every rank cuts the same models; the start-up check runs on rank 0 alone."""
-        cost = self.cost
-        if any(b.latency is not None for b in budgets):
-            if cost.latency is None and self.dist.is_main:
-                e = self.settings.export
-                self.hold_folder()
-                cache = e.latency_table or (None if self.run_dir is None else self.run_dir / "latency_table.json")
-                cost.latency = latency_table(self.model, e.latency_batch_size, e.latency_device or device or self.device,
-                                             cache, mlp_multiple=e.mlp_multiple)
-            if shared:
-                cost.latency = self.dist.gather(cost.latency)[0]
-        return cost
+        """Race the split of those budgets as the run would have (:func:`~.export_stage.race_unrecorded`)."""
+        return export_stage.race_unrecorded(self, budgets, cost)
 
     # -- stage 5: report -------------------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
@@ -737,129 +468,36 @@ class Pipeline:
         return ElasticScores(self.state.local.heads, self.state.local.neurons, None, self.spec.to_dict(),
                              self.state.fingerprint, importance.min_mlp_keep, importance.min_head_keep)
 
+
+
     @classmethod
     def from_scores(cls, model: nn.Module, scores: ElasticScores, settings: Optional[PipelineSettings] = None,
                     **options: Any) -> "Pipeline":
-        """A pipeline whose importance, search and splits are those recorded in ``scores`` (e.g. to export more
-        budgets later); ``model`` must hold the weights they were computed on. The keep ratios are the scores';
-        without ``settings``, so is the MLP width rounding (``export.mlp_multiple``). With ``inputs`` holding the
-        run's images, :meth:`export` races the split of a budget the scores do not record as the run would have
-        (the fitness and split settings are the ones the scores record); without, it interpolates.
-
-        Raises:
-            CheckpointError: ``model`` is not the scores' base model.
-        """
-        scores.check_model(model)
-        if settings is None:
-            settings = PipelineSettings()
-            settings.export.mlp_multiple = scores.mlp_multiple
-        # a budget the scores do not record is raced as the run raced its own: the run's fitness and split settings
-        recorded = scores.settings.get("export") or {}
-        search = scores.settings.get("search") or {}
-        settings = replace(
-            settings, importance=replace(settings.importance, min_mlp_keep=scores.min_mlp_keep,
-                                         min_head_keep=scores.min_head_keep),
-            search=replace(settings.search, **{k: search[k] for k in FITNESS_SEARCH if k in search}),
-            export=replace(settings.export, **{k: recorded[k] for k in RECORDED_EXPORT
-                                               if k in recorded and k != "mlp_multiple"}))
-        spec = options.pop("spec", None) or (BackboneSpec.from_dict(scores.base) if scores.base.get("model_name") else None)
-        pipeline = cls(model, settings, spec=spec, **options)
-        pipeline.state.local = LocalScores(scores.head_scores, scores.neuron_scores)
-        pipeline.state.method = {k: v for k, v in scores.settings.items() if k != "export"}
-        if scores.coefficients is not None:
-            pipeline.state.search = SearchResult(scores.coefficients)
-        pipeline._splits = scores.splits
-        pipeline.state.completed = ["importance", "search", "splits"]
-        return pipeline
+        """A pipeline whose importance, search and splits are those ``scores`` record (:func:`~.reload.from_scores`)."""
+        return reload.from_scores(cls, model, scores, settings, **options)
 
     @classmethod
     def from_run(cls, run_dir: str | Path, model: Optional[nn.Module] = None,
                  settings: Optional[PipelineSettings] = None, scores_file: Optional[str] = None,
                  run_data: bool = True, **options: Any) -> "Pipeline":
-        """:meth:`from_scores` for the scores in ``run_dir`` (a ``prune.py`` run folder), with the run's images
-        when they are the files the run read (:func:`~snapvit_pl.run.data.run_data`): a budget the run
-        did not choose a split for is then raced on them as the run would have, and they calibrate a correction.
-        ``model``: the base model (default: rebuilt from the spec the scores record); ``scores_file``: default
-        ``export.scores_file``'s. When the images cannot be taken, a warning says why (``run_data=False``: not
-        tried) and such a budget's split is interpolated.
+        """:meth:`from_scores` for a ``prune.py`` run folder, with the run's images (:func:`~.reload.from_run`)."""
+        return reload.from_run(cls, run_dir, model, settings, scores_file, run_data, **options)
 
-        Raises:
-            CheckpointError: no readable scores in ``run_dir``, or ``model`` is not their base model.
-            ConfigError: the scores record no base model to rebuild and no ``model`` is given.
-        """
-        run_dir = Path(run_dir)
-        scores = ElasticScores.load(run_dir / (scores_file or ExportSettings.scores_file))
-        spec = options.pop("spec", None) or (BackboneSpec.from_dict(scores.base) if scores.base.get("model_name")
-                                             else None)
-        if model is None:
-            if spec is None:
-                raise ConfigError(f"the scores in {run_dir} do not record how to build their base model (written by "
-                                  "fit_elastic without spec=): pass model=")
-            model = load_backbone(spec)
-        pipeline = cls.from_scores(model, scores, settings, spec=spec, **options)
-        if run_data and "inputs" not in options:
-            found = find_run_data(run_dir, scores, pipeline.settings.search.num_images)
-            if found.datamodule is None:
-                warnings.warn(f"the images of the run in {run_dir} are not taken because {found.why_not}: a budget "
-                              "whose split the run did not choose is interpolated (docs/pruning.md)", stacklevel=2)
-            else:
-                found.datamodule.configure_for_model(model)
-                pipeline.inputs = DataModuleInputs(found.datamodule)
-        return pipeline
-
-    # -- resume ----------------------------------------------------------------------------------------------
+    # -- resume (snapvit_pl/pipeline/saved_state.py) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """What an interrupted run needs to continue exactly (tensors, numbers, strings and lists only)."""
-        return {
-            "fingerprint": self.state.fingerprint, "timings": self.state.timings.to_dict(),
-            "elapsed_s": self.state.elapsed(), "peak_memory_mb": dict(self.state.peak_memory_mb),
-            "local": None if self.state.local is None else self.state.local.to_dict(),
-            "search": None if self._search_progress is None else self._search_progress.to_dict(),
-            "inputs": self.state.inputs,
-            "scorer_choices": dict(self._scorer_choices),
-        }
+        """What an interrupted run needs to continue exactly (:func:`~.saved_state.state_dict`)."""
+        return saved_state.state_dict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the run ``state`` describes: its local scores (the importance pass is skipped), its search
-        progress, its timings so far.
-
-        Raises:
-            CheckpointError: the base weights are not those the run started with.
-            DataError: the pruning images are not those the run read (:func:`~snapvit_pl.run.resume.check_inputs`
-                against :meth:`record_inputs`, when this pipeline recorded them).
-        """
-        check_resume_state(state, architecture(self.model), [f.name for f in fields(Timings)],
-                           self.run_dir / RESUME_FILE if self.run_dir else "the resume state")
-        self.resumed = True  # its run folder holds this run's progress: continued, not refused as another run's
-        saved = state.get("fingerprint")
-        if saved not in (None, self.state.fingerprint):
-            raise CheckpointError(
-                f"the base weights changed since the run started (fingerprint {saved[:12]} != "
-                f"{self.state.fingerprint[:12]}): resume with the weights it started with, or start a new run"
-            )
-        check_inputs(state.get("inputs"), self._current_inputs(), kept=state.get("local") is not None
-                     or state.get("search") is not None)
-        self.state.timings = type(self.state.timings)(**state.get("timings", {}))
-        self.state.elapsed_before = float(state.get("elapsed_s", 0.0))
-        self.state.peak_memory_mb.update(state.get("peak_memory_mb", {}))
-        if state.get("local") is not None:
-            self.state.local = LocalScores.from_dict(state["local"])
-            self._record_scorer_choices(state.get("scorer_choices", {}))
-            self._end("importance")
-        if state.get("search") is not None:
-            self._search_progress = SearchProgress.from_dict(state["search"])
-
-    def _record_scorer_choices(self, choices: dict[str, str]) -> None:
-        """What the scorer chose for itself (e.g. ``gram: auto`` -> ``full``), in the run's record of the method and
-        in its resume state (a resumed run skips the importance pass but reports the same choices)."""
-        self._scorer_choices = dict(choices)
-        self.state.method["scorer"] = {**self.state.method.get("scorer", {}), **choices}
+        """Continue the run ``state`` describes (:func:`~.saved_state.load_state_dict`: what it refuses)."""
+        saved_state.load_state_dict(self, state)
 
     def save_progress(self) -> None:
         """Write the run's progress to ``<run_dir>/resume_state.pt`` (rank 0; nothing without a run directory)."""
-        if self.run_dir is not None and self.dist.is_main:
-            self.hold_folder()
-            save_resume_state(self.run_dir, self.state_dict())
+        saved_state.save_progress(self)
+
+
+
 
 
 def _architecture_name(model: nn.Module) -> str:

@@ -1,7 +1,8 @@
 """Stage 1: local importance of every head and MLP neuron from one pass over the pruning data."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Literal, Optional
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional
 
 from torch import Tensor, nn
 
@@ -9,6 +10,9 @@ from ..errors import ConfigError, DataError
 from ..progress import Progress, ProgressMode
 from ..scoring import LocalScores, Scorer
 from ..scoring.base import ScoringContext
+
+if TYPE_CHECKING:  # (annotations only)
+    from .driver import Pipeline
 
 AllReduceSum = Callable[[Tensor], Tensor]
 DataViews = Literal["multicrop", "labeled", "plain"]
@@ -196,3 +200,48 @@ def check_passes(scorer: Scorer, batches: Any) -> None:
     if scorer.requires_data and scorer.passes > 1 and iter(batches) is batches:
         raise ConfigError(f"the {scorer.name} scorer reads the pruning images {scorer.passes} times (one pass per "
                           "stage): give batches that can be read again (a DataLoader or a list), not an iterator")
+
+
+def scoring_context(pipe: "Pipeline") -> ScoringContext:
+    """What ``pipe``'s run hands its scorer: the keep ratios (``importance.min_mlp_keep`` / ``min_head_keep``) and,
+    from a DataModule (:func:`~.data_source.use_datamodule`), its global crops per sample and batch size."""
+    importance = pipe.settings.importance
+    return ScoringContext(min_mlp_keep=importance.min_mlp_keep, min_head_keep=importance.min_head_keep,
+                          **pipe._data_context)
+
+
+def start_pass(pipe: "Pipeline", batches: Optional[int]) -> ImportancePass:
+    """The importance pass of ``pipe``'s run, its scorer bound to the model (:func:`scoring_context`); the stage's
+    clock and memory start."""
+    pipe._importance = {"started": time.perf_counter(), "memory": pipe._start_memory()}
+    return ImportancePass(pipe.settings.importance.scorer, pipe.model, scoring_context(pipe), pipe.dist.all_reduce_sum,
+                          batches, pipe._show())
+
+
+def finish_pass(pipe: "Pipeline") -> Optional[LocalScores]:
+    """End a pass over the data: the scorer's statistics summed over processes; after its last pass, the local
+    scores computed, allocated, recorded with the scorer's own choices and the run's progress saved (None while
+    passes remain)."""
+    from .inputs import LoaderInputs
+
+    local = pipe._pass.end_pass()
+    if local is None:
+        if isinstance(pipe.inputs, LoaderInputs):
+            pipe.inputs.new_pass()
+        return None
+    pipe.state.local = local.allocated(pipe.settings.importance.allocation)
+    record_scorer_choices(pipe, pipe._pass.scorer.choices())
+    pipe._pass = None  # its accumulators (a Gram of gigabytes) are not needed once the scores exist
+    pipe.state.timings.add("scoring", time.perf_counter() - pipe._importance["started"])
+    pipe.state.peak_memory_mb["importance"] = round(pipe._importance["memory"].peak_mb(), 1)
+    pipe._importance = None
+    pipe._end("importance")
+    pipe.save_progress()
+    return pipe.state.local
+
+
+def record_scorer_choices(pipe: "Pipeline", choices: dict[str, str]) -> None:
+    """What the scorer chose for itself (e.g. ``gram: auto`` -> ``full``), in the run's record of the method and
+    in its resume state (a resumed run skips the importance pass but reports the same choices)."""
+    pipe._scorer_choices = dict(choices)
+    pipe.state.method["scorer"] = {**pipe.state.method.get("scorer", {}), **choices}

@@ -11,6 +11,10 @@ from ..eval.suite import EvalData, EvaluationSettings
 from ..search.settings import SearchSettings
 
 
+#: What the run calls on a DataModule besides Lightning's own (snapvit_pl.data.VisionDataModule has them all).
+DATAMODULE_METHODS = ("configure_for_model", "unlabeled_images", "labeled_dataloader")
+
+
 class StageInputs:
     """The images and labeled data of a run's later stages; the base class has none (every method refuses)."""
 

@@ -24,6 +24,12 @@ from ..scoring.base import Allocation
 from ..run.names import RUN_DIR_NAMES, SCORES_FILE
 from ..search.settings import SearchSettings
 
+#: What elastic scores record of the export: the MLP width rounding and how the run split its cost budgets (a budget
+#: cut later from the scores, with the run's images, is raced with them: :meth:`Pipeline.from_scores`).
+RECORDED_EXPORT = ("mlp_multiple", "split", "split_candidates", "split_step", "split_images")
+#: The search settings that define the fitness (its images, their batches, its PCA), as the scores record them.
+FITNESS_SEARCH = ("num_images", "batch_size", "pca_components")
+
 # Budgets are parsed at the edge: the command line's parser reads ``{flops: 0.5}`` (or ``flops=0.5``) with
 # Budget.parse, which names a mistyped key or an impossible value, and writes a budget back as its own fields.
 register_type(Budget, serializer=Budget.to_dict, deserializer=Budget.parse)

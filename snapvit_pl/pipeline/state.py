@@ -19,6 +19,9 @@ from .splits import SplitChoice
 #: Evaluation results that depend on the machine and the moment, not on the model: kept out of saved models.
 MEASURED_KEYS = ("timings_s", "throughput_images_per_s", "throughput_batch_size", "throughput_device", "peak_memory_mb")
 
+#: The stages, in the order they run.
+STAGES = ("importance", "search", "splits", "export", "report")
+
 
 @dataclass
 class Timings:

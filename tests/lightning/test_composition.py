@@ -331,11 +331,12 @@ def test_a_plain_loader_on_several_processes_is_refused_and_given_inputs_are_kep
 
     from snapvit_pl.errors import ConfigError
     from snapvit_pl.pipeline import Pipeline, TensorInputs
+    from snapvit_pl.pipeline.data_source import check_data_source
     from snapvit_pl.pipeline.driver import Distributed
 
     module = PruningModule("vit_tiny_patch16_224", pretrained=False, model_kwargs=MODEL_KWARGS, seed=0)
     pipeline = Pipeline(module.backbone, dist=Distributed(rank=0, world_size=2))
     with pytest.raises(ConfigError, match="a plain loader on 2 processes: each would read all of its images"):
-        pipeline.check_data_source(None)
+        check_data_source(pipeline, None)
     given = Pipeline(module.backbone, inputs=TensorInputs(torch.zeros(4, 1, 28, 28)), dist=Distributed(0, 2))
-    assert given.check_data_source(None) is False  # (the callback then keeps its TensorInputs)
+    assert check_data_source(given, None) is False  # (the callback then keeps its TensorInputs)

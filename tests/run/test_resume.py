@@ -10,6 +10,7 @@ from snapvit_pl.data import ClassificationDataModule
 from snapvit_pl.errors import CheckpointError, DataError
 from snapvit_pl.models import load_backbone
 from snapvit_pl.pipeline import ImportanceSettings, Pipeline, PipelineSettings, SearchSettings, TensorInputs
+from snapvit_pl.pipeline.data_source import record_inputs
 from snapvit_pl.run.names import RESUME_FILE
 from snapvit_pl.run.resume import has_progress, load_resume_state
 from snapvit_pl.scoring import Magnitude
@@ -170,14 +171,14 @@ def _image_folder(root, per_class=6):
 def _interrupted(model, tmp_path, root):
     """A run over the image folder ``root`` that recorded its inputs and saved its local scores."""
     pipeline = _pipeline(model, tmp_path / "run")
-    pipeline.record_inputs(ClassificationDataModule("folder", str(root), max_samples=4))
+    record_inputs(pipeline, ClassificationDataModule("folder", str(root), max_samples=4))
     pipeline.importance([])  # (Magnitude: no data) the search's 8 fitness images are what the scores depend on
     return load_resume_state(tmp_path / "run")
 
 
 def _resume(model, tmp_path, root, state):
     resumed = _pipeline(model, tmp_path / "run")
-    resumed.record_inputs(ClassificationDataModule("folder", str(root), max_samples=4))
+    record_inputs(resumed, ClassificationDataModule("folder", str(root), max_samples=4))
     resumed.load_state_dict(state)
     return resumed
 

@@ -260,6 +260,7 @@ def test_gn_greedy_shards_and_protection():
 def test_gn_greedy_takes_its_floors_from_the_run_it_is_bound_in():
     from snapvit_pl.models.units import MIN_HEAD_KEEP, MIN_MLP_KEEP, min_kept
     from snapvit_pl.pipeline import ImportanceSettings, Pipeline, PipelineSettings
+    from snapvit_pl.pipeline.importance import scoring_context
     from snapvit_pl.scoring import GaussNewtonGreedy
     from snapvit_pl.scoring.base import ScoringContext
 
@@ -272,7 +273,7 @@ def test_gn_greedy_takes_its_floors_from_the_run_it_is_bound_in():
                                                  "correction_aware", "precision", "seed"}
     settings = PipelineSettings(importance=ImportanceSettings(GaussNewtonGreedy(probes=1), min_mlp_keep=0.5,
                                                              min_head_keep=0.5))
-    assert Pipeline(model, settings).scoring_context() == ScoringContext(min_mlp_keep=0.5, min_head_keep=0.5)
+    assert scoring_context(Pipeline(model, settings)) == ScoringContext(min_mlp_keep=0.5, min_head_keep=0.5)
     scores = scores_of(GaussNewtonGreedy(probes=1), model, [x], context=ScoringContext(min_mlp_keep=0.5,
                                                                                          min_head_keep=0.5))
     for per_block in (scores.heads, scores.neurons):  # the greedy never removed a block's protected half: last
