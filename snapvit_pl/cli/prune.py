@@ -15,7 +15,7 @@ from ..errors import ConfigError
 from ..lightning.trainer_policy import check_options, lightning_information
 from ..config_files import DEFAULT_PRUNE_CONFIG, check_config_files, layered_parser
 from ..progress import MODES, resolve_mode
-from ..run.folder import FolderHints, check_run_folder, resumable
+from ..run.folder import FolderHints, RunFolder, check_run_folder, resumable
 from ..run.launch import RUN_DIR_ENV, check_launch, first_process, shared_run_dir
 from ..run.names import SCORES_FILE
 from ..seeding import derive_seeds, root_seed
@@ -276,10 +276,9 @@ def prune_main(argv: Optional[list[str]] = None) -> int:
         if not any(a in ("--config", "-c") or a.startswith("--config=") for a in argv):
             argv = ["--config", str(DEFAULT_PRUNE_CONFIG)] + argv
         check_before_imports(argv)  # option names, paths: before torch is imported and any weights are loaded
-        from ..run.resume import load_resume_state
-        from ..run.folder import RunFolder
         from ..lightning.strategy import close_process_group
         from ..pipeline.data_source import record_inputs
+        from ..run.resume import load_resume_state
 
         cli = prune_cli(argv, resume_dir=resume_dir)
         pipeline = cli.model.pipeline

@@ -27,12 +27,12 @@ def counted(monkeypatch):
     from snapvit_pl import config_files as common
     from snapvit_pl.cli import prune as prune_cli
     from snapvit_pl.elastic import budget as budget_module, scores as scores_module
-    from snapvit_pl.pipeline import driver
+    from snapvit_pl.pipeline import export_stage
     from snapvit_pl.run import folder as run_folder
 
     calls: Counter = Counter()
     made, subnet, check, checked = (budget_module.Budget.__post_init__, scores_module.ElasticScores.subnet,
-                                    driver.check_budgets, ranges.check_value)
+                                    export_stage.check_budgets, ranges.check_value)
     admits = {kind: kind.admits for kind in (ranges.Range, ranges.Choices)}
 
     def counting_post_init(self):  # a Budget made by Budget.parse from text or a mapping (not the split grid's)
@@ -80,7 +80,7 @@ def counted(monkeypatch):
     monkeypatch.setattr(common, "_read_config_file", counting_read)
     monkeypatch.setattr(budget_module.Budget, "__post_init__", counting_post_init)
     monkeypatch.setattr(scores_module.ElasticScores, "subnet", counting_subnet)
-    monkeypatch.setattr(driver, "check_budgets", counting_check)
+    monkeypatch.setattr(export_stage, "check_budgets", counting_check)
     monkeypatch.setattr(ranges, "check_value", counting_range)
     monkeypatch.setattr(ranges.Range, "admits", counting_admits)
     monkeypatch.setattr(ranges.Choices, "admits", counting_admits)
