@@ -292,18 +292,22 @@ def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: boo
                                             setup.search, replace(setup.export, split_grid=0), cost)  # no grid
                     scores.splits = split_table(choices)
                     info.update(splits=[asdict(c) for c in choices], split_s=time.perf_counter() - started)
+                # one pass: a corrected pass evaluates each model as cut too (``metrics_as_cut``), as prune.py does
+                started = time.perf_counter()
+                items = extract_models(setup.model, scores, method_budgets, evaluation=evaluation, cost=cost,
+                                       correction=correction if True in corrections else None)
+                entry["runs"].append({"method": method, "seed": seed, "corrected": True in corrections, **info,
+                                      "evaluation_s": time.perf_counter() - started})
                 for corrected in corrections:
-                    started = time.perf_counter()
-                    items = extract_models(setup.model, scores, method_budgets, evaluation=evaluation, cost=cost,
-                                           correction=correction if corrected else None)
-                    entry["runs"].append({"method": method, "seed": seed, "corrected": corrected, **info,
-                                          "evaluation_s": time.perf_counter() - started})
                     for pair, item in zip(settings.pairs, items):
-                        entry["rows"].append({"method": method, "seed": seed, "corrected": corrected, "pair": list(pair),
-                                              "ratios": [item.mlp_ratio, item.head_ratio], "params": item.params,
-                                              "flops": item.flops, "heads": item.subnet.head_counts,
-                                              "mlp_hidden": item.subnet.neuron_counts,
-                                              **{k: item.metrics.get(k) for k, _ in REPORTED}})
+                        metrics = item.metrics if corrected or correction is None else item.metrics_as_cut
+                        row = {"method": method, "seed": seed, "corrected": corrected, "pair": list(pair),
+                               "ratios": [item.mlp_ratio, item.head_ratio], "params": item.params,
+                               "flops": item.flops, "heads": item.subnet.head_counts,
+                               "mlp_hidden": item.subnet.neuron_counts, **{k: metrics.get(k) for k, _ in REPORTED}}
+                        if corrected:
+                            row["correction"] = correction_summary(item.correction)
+                        entry["rows"].append(row)
                     log(f"{model_name} seed {seed} {method}{' +correction' if corrected else ''}: " + "; ".join(
                         f"{tuple(r['pair'])} " + "/".join(pct(r[k]) for k, _ in REPORTED)
                         for r in entry["rows"][-len(items):]))
@@ -313,6 +317,16 @@ def run(settings: Settings, out_prefix: Path, threads: Optional[int], quick: boo
     write_report(report, out_prefix, log, partial=False)
     log(f"wrote {display(out_prefix)}.md/.json/.png (total {report['total_s'] / 60:.1f} min)")
     return report
+
+
+def correction_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """What a model's correction kept (the whole model or the model as cut; each block's variant) and its cost."""
+    blocks = [b["kept"] for b in record.get("blocks", [])]
+    return {"kept": record.get("kept"), "seconds": record.get("seconds"),
+            "blocks_kept": {variant: blocks.count(variant) for variant in dict.fromkeys(blocks)},
+            **({"output_check": record["output_check"]} if "output_check" in record else {}),
+            **({"steps_run": [b["steps_run"] for b in record["reconstruction"]["blocks"]]}
+               if "reconstruction" in record else {})}
 
 
 def write_report(report: dict[str, Any], out_prefix: Path, log: Optional[Progress], partial: bool) -> None:

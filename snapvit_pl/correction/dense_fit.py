@@ -25,7 +25,8 @@ processes holding halves of the images give one process's weights when their sum
 from __future__ import annotations
 
 import copy
-from typing import Callable, Optional
+import math
+from typing import Any, Callable, Optional
 
 import torch
 from timm.models.eva import EvaBlock
@@ -40,7 +41,8 @@ from ..progress import Progress, ProgressMode
 from ..ranges import check_value
 from .sparsegpt import DAMP_FRACTION, DAMPING, Damping
 from .calibration import BATCH_SIZE, block_inputs, blocks_losing_units
-from .settings import RECONSTRUCT_LR, Refit
+from .reconstruction import Reconstruction, block_error
+from .settings import Refit
 
 #: Sums a statistic over the processes that share the calibration images (in place), e.g. ``dist.all_reduce``.
 Reduce = Callable[[torch.Tensor], None]
@@ -162,6 +164,10 @@ def output_pooling(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda x: x.mean(dim=1)
 
 
+#: The variants of a corrected block, in the order a tie on the held-out images prefers them (the simplest first).
+VARIANTS = ("as cut", "fitted", "reconstructed")
+
+
 @torch.no_grad()
 def fit_to_dense_and_prune(
     model: nn.Module,
@@ -173,7 +179,9 @@ def fit_to_dense_and_prune(
     reduce: Optional[Reduce] = None,
     refit: Refit = "pruned",
     output_weight: float = 0.0,
-    reconstruct: Optional["Reconstruction"] = None,
+    reconstruct: Optional[Reconstruction] = None,
+    held_out: Optional[torch.Tensor] = None,
+    choices: Optional[list[dict[str, Any]]] = None,
     progress: ProgressMode | bool = False,
 ) -> nn.Module:
     """Prune ``model`` to ``subnet`` in place, refitting each pruned block's ``attn.proj`` and ``mlp.fc2`` (weight
@@ -184,7 +192,8 @@ def fit_to_dense_and_prune(
     Args:
         model: a dense supported timm ViT with pre-norm blocks (pass a copy to keep the original).
         subnet: kept heads / neurons per block.
-        images: calibration images ``[N, C, H, W]`` (moved to the model's device batch by batch).
+        images: calibration images ``[N, C, H, W]`` the fit (and the reconstruction steps) use, moved to the model's
+            device batch by batch.
         batch_size: images per forward pass.
         damping, damp_fraction: the ridge, ``damp_fraction`` times the ``damping`` statistic of ``diag(AᵀA)``.
         reduce: sums each statistic over processes that hold other calibration images (``dist.all_reduce``); every
@@ -195,6 +204,11 @@ def fit_to_dense_and_prune(
             block's fit, as a multiple of all that image's tokens together (0: every token alike).
         reconstruct: after each block's fit, gradient steps on all of its parameters toward the dense block's
             output (:class:`Reconstruction`; None: none).
+        held_out: images neither the fit nor the steps use: each corrected block keeps the variant (:data:`VARIANTS`:
+            as cut, fitted, fitted and reconstructed) whose output is closest to the dense block's on them, and the
+            reconstruction keeps its best step on them (None: every block keeps its fit, and the steps judge
+            themselves on the images they run on).
+        choices: receives one entry per corrected block: ``{"block", "kept", "held_out_error": {variant: error}}``.
         progress: show progress over blocks (a :class:`snapvit_pl.progress.Progress` mode).
 
     Returns:
@@ -210,9 +224,18 @@ def fit_to_dense_and_prune(
         branch_scales(model.blocks[b])  # refuse an unsupported block before anything changes
     was_training = model.training
     model.eval()
+    fitted_rows = len(images)
+    if held_out is not None and len(held_out):
+        images = torch.cat([images, held_out.to(images.device, images.dtype)])
     pruned_stream, rope = block_inputs(model, images, batch_size)
     dense_stream = pruned_stream.clone()
-    batches = [slice(i, i + batch_size) for i in range(0, len(pruned_stream), batch_size)]
+    rows = len(pruned_stream)
+    batches = [slice(i, i + batch_size) for i in range(0, rows, batch_size)]
+    fit_batches = [slice(i, min(i + batch_size, fitted_rows)) for i in range(0, fitted_rows, batch_size)]
+    check = slice(fitted_rows, rows) if rows > fitted_rows else None
+    stepping = reconstruct is not None and reconstruct.steps > 0
+    if stepping:
+        reconstruct.start_model()
     with Progress("correction", todo[-1] + 1, progress, unit="block") as bar:
         for b in range(todo[-1] + 1):
             kwargs = block_kwargs(model, rope, b)
@@ -227,23 +250,44 @@ def fit_to_dense_and_prune(
             selection.heads[b], selection.neurons[b] = subnet.heads[b], subnet.neurons[b]
             prune_(model, selection)
             block = model.blocks[b]
+            errors, states = {}, {}
+            if check is not None:  # each variant's error on the held-out images, and its weights (one block)
+                targets = reference(dense_stream[check], **kwargs)
+
+                def keep(variant: str) -> None:
+                    errors[variant] = block_error(block, pruned_stream[check], targets, kwargs, batch_size)
+                    states[variant] = {k: v.clone() for k, v in block.state_dict().items()}
+
+                keep("as cut")
             readout = output_pooling(model) if output_weight > 0 and b == len(model.blocks) - 1 else None
-            _refit_block(block, reference, pruned_stream, dense_stream, batches, kwargs,
+            _refit_block(block, reference, pruned_stream, dense_stream, fit_batches, kwargs,
                          dict(damping=damping, damp_fraction=damp_fraction, reduce=reduce), readout, output_weight)
-            if reconstruct is not None and reconstruct.steps > 0:
+            if check is not None:
+                keep("fitted")
+            if stepping or b < todo[-1]:
                 for s in batches:
-                    dense_stream[s] = reference(dense_stream[s], **kwargs)  # the block's targets, then the next inputs
-                reconstruct.run(block, pruned_stream, dense_stream, kwargs, seed=b)
-                if b < todo[-1]:
-                    for s in batches:
-                        pruned_stream[s] = block(pruned_stream[s], **kwargs)
-            elif b < todo[-1]:
+                    dense_stream[s] = reference(dense_stream[s], **kwargs)  # the block's targets, the next inputs
+            if stepping:
+                reconstruct.run(block, pruned_stream, dense_stream, kwargs, seed=b, train=slice(0, fitted_rows),
+                                check=check, blocks_left=sum(1 for t in todo if t >= b))
+                if check is not None and reconstruct.log[-1]["steps_kept"] > 0:
+                    keep("reconstructed")
+            if check is not None:
+                kept = min(errors, key=lambda v: (_finite_or_inf(errors[v]), VARIANTS.index(v)))
+                if kept != list(errors)[-1]:
+                    block.load_state_dict(states[kept])
+                if choices is not None:
+                    choices.append({"block": b, "kept": kept, "held_out_error": errors})
+            if b < todo[-1]:
                 for s in batches:
                     pruned_stream[s] = block(pruned_stream[s], **kwargs)
-                    dense_stream[s] = reference(dense_stream[s], **kwargs)
             bar.update()
     model.train(was_training)
     return model
+
+
+def _finite_or_inf(value: float) -> float:
+    return value if math.isfinite(value) else math.inf
 
 
 def _refit_block(block: nn.Module, reference: nn.Module, pruned_stream: torch.Tensor, dense_stream: torch.Tensor,
@@ -293,72 +337,3 @@ def _write(layer: nn.Linear, weight: torch.Tensor, bias: Optional[torch.Tensor])
     layer.weight.copy_(weight)
     if bias is not None:
         layer.bias.copy_(bias)
-
-
-class Reconstruction:
-    """Block-wise reconstruction: gradient steps (Adam) on every parameter of one pruned block so that its output on
-    the pruned stream matches the dense block's output, after the block's least-squares fit.
-
-    Label-free and on the calibration images only: ``held_out`` of them (at least one) are kept aside, their error
-    is measured every ``check_every`` steps, and the block keeps the parameters of the lowest held-out error seen
-    (the fit's own, when no step improves on it), so the steps cannot over-fit the images they run on.
-
-    Args:
-        steps: gradient steps per block (0: none).
-        lr: Adam's learning rate.
-        batch_size: images per step.
-        held_out: share of the calibration images kept aside for the held-out error.
-        check_every: steps between two held-out checks.
-    """
-
-    def __init__(self, steps: int, lr: float = RECONSTRUCT_LR, batch_size: int = BATCH_SIZE, held_out: float = 0.1,
-                 check_every: int = 25):
-        self.steps, self.lr, self.batch_size, self.held_out, self.check_every = steps, lr, batch_size, held_out, \
-            check_every
-        self.log: list[dict[str, float]] = []  # per block: held-out error before and after, steps kept
-
-    def run(self, block: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, kwargs: dict, seed: int = 0) -> None:
-        """Steps ``block`` toward ``targets`` (the dense block's outputs) from ``inputs`` (the pruned stream)."""
-        n = len(inputs)
-        aside = max(1, round(n * self.held_out)) if n > 1 else 0
-        train, check = slice(0, n - aside), slice(n - aside, n)
-        if n - aside < 1:
-            return
-        generator = torch.Generator().manual_seed(seed)
-        params = [p for p in block.parameters()]
-        wanted = [p.requires_grad for p in params]
-        for p in params:
-            p.requires_grad_(True)
-        optimizer = torch.optim.Adam(params, lr=self.lr)
-        best = self._error(block, inputs[check] if aside else inputs[train], targets[check] if aside else targets[train],
-                           kwargs)
-        start, kept, best_state = best, 0, [p.detach().clone() for p in params]
-        try:
-            with torch.enable_grad():
-                for step in range(1, self.steps + 1):
-                    index = torch.randint(0, n - aside, (min(self.batch_size, n - aside),), generator=generator)
-                    index = index.to(inputs.device)
-                    loss = torch.nn.functional.mse_loss(block(inputs[train][index], **kwargs), targets[train][index])
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    if step % self.check_every == 0 or step == self.steps:
-                        error = self._error(block, inputs[check] if aside else inputs[train],
-                                            targets[check] if aside else targets[train], kwargs)
-                        if error < best:
-                            best, kept, best_state = error, step, [p.detach().clone() for p in params]
-        finally:
-            with torch.no_grad():
-                for p, value, flag in zip(params, best_state, wanted):
-                    p.copy_(value)
-                    p.requires_grad_(flag)
-                    p.grad = None
-        self.log.append({"held_out_error_before": start, "held_out_error_after": best, "steps_kept": kept})
-
-    @torch.no_grad()
-    def _error(self, block: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, kwargs: dict) -> float:
-        total = 0.0
-        for i in range(0, len(inputs), self.batch_size):
-            out = block(inputs[i:i + self.batch_size], **kwargs)
-            total += float(torch.nn.functional.mse_loss(out, targets[i:i + self.batch_size], reduction="sum"))
-        return total / targets.numel()

@@ -4,12 +4,12 @@ default). The methods: ``dense_fit`` (:mod:`.dense_fit`), ``sparsegpt`` (:mod:`.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 import torch
 
 from ..errors import ConfigError
-from ..ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields, one_of
+from ..ranges import HalfOpenUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields, one_of
 from .calibration import BATCH_SIZE
 from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, Damping
 
@@ -17,6 +17,11 @@ from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, Damping
 #: its learning rate: chosen on the development models (docs/method.md, section 4).
 RECONSTRUCT_STEPS = 1000
 RECONSTRUCT_LR = 1e-3
+#: Steps without a lower held-out error after which a block's reconstruction stops.
+RECONSTRUCT_PATIENCE = 200
+#: Share of the calibration images held out before anything is fitted (what each block's variant and the output
+#: check are judged on).
+HELD_OUT = 0.2
 
 #: The correction methods (``correction.method``) and which layers the fit refits (``correction.refit``).
 Method = one_of("dense_fit", "sparsegpt", "bias")
@@ -24,7 +29,8 @@ Refit = one_of("pruned", "following")
 
 #: The settings that only some correction methods read (any other method refuses a value other than the default).
 METHOD_SETTINGS = {"refit": ("dense_fit",), "output_weight": ("dense_fit",), "reconstruct_steps": ("dense_fit",),
-                   "reconstruct_lr": ("dense_fit",), "block_size": ("sparsegpt",),
+                   "reconstruct_lr": ("dense_fit",), "reconstruct_patience": ("dense_fit",),
+                   "reconstruct_seconds": ("dense_fit",), "block_size": ("sparsegpt",),
                    "damping": ("sparsegpt", "dense_fit"), "damp_fraction": ("sparsegpt", "dense_fit")}
 
 
@@ -44,6 +50,12 @@ class CorrectionSettings:
             :func:`snapvit_pl.correction.compensate_bias_and_prune`; FLAP as published is ``importance.scorer: FLAP``,
             ``importance.allocation: standardized`` and this).
         num_samples: calibration images (plain views of a seeded subset of the pruning data).
+        held_out: share of the calibration images set aside before anything is fitted. Each model is judged on them:
+            a ``dense_fit`` block keeps whichever of its weights as cut, fitted, or fitted and reconstructed is closest
+            to the dense block's output on them, and the corrected model is kept only when its output embedding is
+            at least as close to the dense model's as the model as cut (for a model without a classifier, also each
+            image's nearest neighbours; :class:`snapvit_pl.correction.guard.OutputGuard`). 0: nothing held out,
+            every correction kept unchecked.
         batch_size: images per forward pass.
         damping: how the damping (``sparsegpt``: of the Hessian, :meth:`snapvit_pl.correction.ColumnCorrector.correct`;
             ``dense_fit``: the ridge, :meth:`snapvit_pl.correction.RidgeFit.solve`) scales with the inputs'
@@ -55,16 +67,21 @@ class CorrectionSettings:
         output_weight: ``dense_fit`` only: extra weight of the tokens the output reads (class token, or the mean of
             the patch tokens) in the last block's fit, as a multiple of all of an image's tokens (0: none).
         reconstruct_steps: ``dense_fit`` only: gradient steps (Adam) per pruned block on all of its parameters
-            toward the dense block's output after the fit (block-wise reconstruction; 0: none), a tenth of the
-            calibration images held out to keep the best step (:class:`snapvit_pl.correction.Reconstruction`);
+            toward the dense block's output after the fit (block-wise reconstruction; 0: none), the best step on the
+            held-out images kept (:class:`snapvit_pl.correction.Reconstruction`);
             ``auto`` (the default): :data:`RECONSTRUCT_STEPS` on an accelerator, where they cost seconds per model,
             none on the CPU, where they cost hours at full size (see :meth:`steps_on`).
         reconstruct_lr: their learning rate.
+        reconstruct_patience: a block's steps stop after this many without a lower held-out error (null: never
+            early).
+        reconstruct_seconds: at most this many seconds of steps per model, shared by its pruned blocks (null: no
+            limit; a time limit makes the result depend on the machine's speed).
     """
 
     enabled: Union[bool, Literal["auto"]] = False
     method: Method = "dense_fit"
     num_samples: PositiveInt = 1000
+    held_out: HalfOpenUnitInterval = HELD_OUT
     batch_size: PositiveInt = BATCH_SIZE
     damping: Damping = DAMPING
     damp_fraction: NonNegativeFloat = DAMP_FRACTION
@@ -73,6 +90,8 @@ class CorrectionSettings:
     output_weight: NonNegativeFloat = 0.0
     reconstruct_steps: Union[NonNegativeInt, Literal["auto"]] = "auto"
     reconstruct_lr: PositiveFloat = RECONSTRUCT_LR
+    reconstruct_patience: Optional[PositiveInt] = RECONSTRUCT_PATIENCE
+    reconstruct_seconds: Optional[PositiveFloat] = None
 
     def __post_init__(self) -> None:
         check_fields(self, "correction")

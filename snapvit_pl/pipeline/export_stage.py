@@ -17,7 +17,8 @@ from ..models.modes import eval_mode
 from ..progress import Progress
 from ..search.population import share_by_cost
 from .extraction import (
-    Correction, Evaluation, check_budgets, correction_record, extract_models, refuse_existing, resolved_model,
+    Correction, Evaluation, check_budgets, correction_record, extract_models, pruning_costs_accuracy,
+    refuse_existing, resolved_model,
     throughput_alone, with_timed,
 )
 from .splits import SplitChoice, choose_splits
@@ -140,6 +141,9 @@ def _export(pipe: "Pipeline", budgets: Optional[Sequence[Budget | dict[str, Any]
         pipe.state.correction.update(num_samples=used, num_samples_asked=s.correction.num_samples,
                                      fewer_because=pipe.inputs.fewer_calibration_images(used))
     pipe.state.dense.metrics = next((m for _, m in shares if m is not None), None)
+    if pipe.state.correction.get("hint") and not pruning_costs_accuracy(pipe.state.dense.metrics,
+                                                                         pipe.state.extracted):
+        del pipe.state.correction["hint"]  # measured: no model loses what a correction could give back
     if apart:
         timed = pipe.dist.gather(throughput_alone(pipe.model, pipe.state.extracted, s.evaluation, pipe.device,
                                                   bool(dense_job)) if pipe.dist.is_main else None)[0]

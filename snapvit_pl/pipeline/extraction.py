@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from ..correction import (
-    CorrectionSettings, Reconstruction, compensate_bias_and_prune, correct_and_prune, fit_to_dense_and_prune,
+    CorrectionSettings, OutputGuard, Reconstruction, compensate_bias_and_prune, correct_and_prune,
+    fit_to_dense_and_prune, split_calibration,
 )
 from ..elastic.budget import Budget, CostModel, check_unique_labels
 from ..elastic.ranking import removed_count
@@ -64,34 +65,80 @@ def correction_record(settings: CorrectionSettings, applied: bool, device: torch
     return record
 
 
+#: Accuracy (a fraction) a model may lose against the dense model before a run without correction says how to turn
+#: it on: below it, nothing measured would change.
+HINT_LOSS = 0.005
+
+
+def pruning_costs_accuracy(dense: Optional[dict[str, Any]], items: Sequence[ExtractedModel]) -> bool:
+    """Whether some model of ``items`` is more than :data:`HINT_LOSS` below the ``dense`` model's accuracy on some
+    ``*_top1`` / ``seg_miou`` metric (True when nothing was evaluated: nothing says it does not)."""
+    keys = [k for k in (dense or {}) if k.endswith("_top1") or k == "seg_miou"]
+    if not keys or not items or any(item.metrics is None for item in items):
+        return True
+    return any(dense[k] - item.metrics.get(k, dense[k]) > HINT_LOSS for item in items for k in keys)
+
+
 class Correction:
-    """The correction step, bound to its calibration images."""
+    """The correction step, bound to its calibration images: the last ``settings.held_out`` of them set aside before
+    anything is fitted, to judge each corrected model against the model as cut (:mod:`snapvit_pl.correction.guard`).
+    """
 
     def __init__(self, settings: CorrectionSettings, images: torch.Tensor):
-        self.settings, self.images = settings, images
+        self.settings = settings
+        self.images, self.held_out = split_calibration(images, settings.held_out)
+        self._guard: Optional[tuple[nn.Module, OutputGuard]] = None  # the dense outputs, once per base model
 
-    def __call__(self, base: nn.Module, subnet) -> tuple[nn.Module, dict[str, Any]]:
-        """A corrected, pruned copy of ``base`` and what was done."""
+    def guard(self, base: nn.Module) -> Optional[OutputGuard]:
+        """The output check against ``base`` on the held-out images (None: none held out)."""
+        if not len(self.held_out):
+            return None
+        if self._guard is None or self._guard[0] is not base:
+            device = next(base.parameters()).device
+            self._guard = (base, OutputGuard(base, self.held_out.to(device), self.settings.batch_size))
+        return self._guard[1]
+
+    def __call__(self, base: nn.Module, subnet, as_cut: Optional[nn.Module] = None
+                 ) -> tuple[nn.Module, dict[str, Any]]:
+        """A corrected, pruned copy of ``base`` (or ``as_cut``, the model as cut, where the output check keeps it)
+        and what was done."""
         s = self.settings
         started = time.perf_counter()
-        images = self.images.to(next(base.parameters()).device)
+        device = next(base.parameters()).device
+        images, held_out = self.images.to(device), self.held_out.to(device)
         if s.method == "bias":
             model = compensate_bias_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size)
-            done = {"method": "bias", "num_samples": len(images)}
+            done = {"method": "bias"}
         elif s.method == "dense_fit":
             count = s.steps_on(images.device)
-            steps = Reconstruction(count, s.reconstruct_lr, s.batch_size) if count else None
+            steps = Reconstruction(count, s.reconstruct_lr, s.batch_size, patience=s.reconstruct_patience,
+                                   seconds=s.reconstruct_seconds) if count else None
+            blocks: list[dict[str, Any]] = []
             model = fit_to_dense_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size,
                                            damping=s.damping, damp_fraction=s.damp_fraction, refit=s.refit,
-                                           output_weight=s.output_weight, reconstruct=steps)
-            done = {"method": "dense_fit", "num_samples": len(images), "damping": s.damping,
-                    "damp_fraction": s.damp_fraction, "refit": s.refit, "output_weight": s.output_weight}
+                                           output_weight=s.output_weight, reconstruct=steps, held_out=held_out,
+                                           choices=blocks)
+            done = {"method": "dense_fit", "damping": s.damping, "damp_fraction": s.damp_fraction, "refit": s.refit,
+                    "output_weight": s.output_weight}
             if steps is not None:
-                done["reconstruction"] = {"steps": count, "lr": s.reconstruct_lr, "blocks": steps.log}
+                done["reconstruction"] = {"steps": count, "lr": s.reconstruct_lr, "patience": s.reconstruct_patience,
+                                          "blocks": steps.log}
+            if blocks:
+                done["blocks"] = [{**b, "held_out_error": {k: round(v, 8) for k, v in b["held_out_error"].items()}}
+                                  for b in blocks]
         else:
             model = correct_and_prune(copy.deepcopy(base), subnet, images, batch_size=s.batch_size,
                                       damping=s.damping, damp_fraction=s.damp_fraction, block_size=s.block_size)
-            done = {"num_samples": len(images), "damping": s.damping, "damp_fraction": s.damp_fraction}
+            done = {"damping": s.damping, "damp_fraction": s.damp_fraction}
+        done = {**done, "num_samples": len(images) + len(held_out), "held_out_images": len(held_out)}
+        guard = self.guard(base)
+        if guard is not None:
+            as_cut = as_cut if as_cut is not None else prune_(copy.deepcopy(base), subnet)
+            keep, done["output_check"] = guard.choose(as_cut, model)
+            done["kept"] = "corrected" if keep else "as cut"
+            model = model if keep else as_cut
+        else:
+            done["kept"] = "corrected"
         return model, {**done, "seconds": round(time.perf_counter() - started, 3)}
 
 
@@ -250,14 +297,22 @@ def extract_models(
     extracted = []
     for item in items:
         subnet = item.subnet
+        as_cut = prune_(copy.deepcopy(base), subnet)
+        if correction is not None and evaluation is not None:  # the report shows the model as cut beside it
+            with timings.measure("evaluation"):
+                item.metrics_as_cut = evaluation(as_cut)
         if correction is not None:
             with timings.measure("correction"):
-                item.model, item.correction = correction(base, subnet)
+                item.model, item.correction = correction(base, subnet, as_cut=as_cut)
         else:
-            item.model = prune_(copy.deepcopy(base), subnet)
+            item.model = as_cut
+        del as_cut
         if evaluation is not None:
-            with timings.measure("evaluation"):
-                item.metrics = evaluation(item.model)
+            if item.metrics_as_cut is not None and item.correction.get("kept") == "as cut":
+                item.metrics = item.metrics_as_cut  # the output check kept the model as cut: the same weights
+            else:
+                with timings.measure("evaluation"):
+                    item.metrics = evaluation(item.model)
         if measure_latency and cost.latency is not None:
             table = cost.latency
             item.predicted_latency_ms = table.predict(subnet)

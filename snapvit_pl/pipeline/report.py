@@ -77,6 +77,10 @@ def logged_metrics(report: dict[str, Any]) -> tuple[list[tuple[str, float, int]]
             if value is not None:
                 scalars.append((f"models/{metric}_vs_params", float(value), int(entry["params"])))
                 hparams[f"{name}/{metric}"] = float(value)
+            as_cut = (entry.get("metrics_as_cut") or {}).get(metric)
+            if as_cut is not None:  # a corrected model, as cut: the chart's second line
+                scalars.append((f"models/{metric}_as_cut_vs_params", float(as_cut), int(entry["params"])))
+                hparams[f"{name}/{metric}_as_cut"] = float(as_cut)
     return scalars, hparams
 
 
@@ -115,8 +119,13 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
             if correction.get("reconstruct_steps") else ""
         fewer = f" ({correction['num_samples_asked']} asked; {correction['fewer_because']})" \
             if correction.get("num_samples_asked") else ""
+        checked = [e for e in report["pruned"] if (e.get("correction") or {}).get("output_check")]
+        held = next((e["correction"]["held_out_images"] for e in checked), 0)
+        kept = sum(e["correction"]["kept"] == "corrected" for e in checked)
+        check = (f"; {held} of them held out to judge each model: {kept} of {len(checked)} corrected models kept, "
+                 "the others closer to the dense model as cut" if checked else "")
         lines.append(f"- weight correction: `{correction['method']}`, {correction['num_samples']} calibration images"
-                     f"{fewer}{steps}"
+                     f"{fewer}{steps}{check}"
                      if correction["applied"] else "- weight correction: off" + (
                          f" ({correction['hint']})" if correction.get("hint") else ""))
     if report.get("peak_memory_mb"):

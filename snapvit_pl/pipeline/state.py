@@ -76,6 +76,7 @@ class ExtractedModel:
         params, flops: exact size of the pruned model (one image).
         model: the pruned module while it is post-processed (released after export).
         metrics: evaluation results, when evaluated.
+        metrics_as_cut: the evaluation of the model as cut, before its correction, when corrected and evaluated.
         correction: what the weight correction did, when applied.
         checkpoint: path of the saved checkpoint relative to the run directory, when saved.
         latency_ms, predicted_latency_ms: measured and table-predicted milliseconds per batch, when a latency
@@ -96,6 +97,7 @@ class ExtractedModel:
     flops: int
     model: Optional[nn.Module] = None
     metrics: Optional[dict[str, Any]] = None
+    metrics_as_cut: Optional[dict[str, Any]] = None
     correction: Optional[dict[str, Any]] = None
     checkpoint: Optional[str] = None
     latency_ms: Optional[float] = None
@@ -114,7 +116,8 @@ class ExtractedModel:
             "params": self.params, "flops": self.flops, "macs": macs(self.flops),
             "heads": self.subnet.head_counts, "mlp_hidden": self.subnet.neuron_counts,
         }
-        for key in ("rounding", "metrics", "correction", "checkpoint", "latency_ms", "predicted_latency_ms"):
+        for key in ("rounding", "metrics", "metrics_as_cut", "correction", "checkpoint", "latency_ms",
+                    "predicted_latency_ms"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)
         return entry
@@ -124,8 +127,9 @@ class ExtractedModel:
         the machine or the moment (timings, throughput, latency, memory), so that a model is byte-identical
         however its run was interrupted and resumed; report.json keeps those."""
         entry = {k: v for k, v in self.record().items() if k not in ("checkpoint", "latency_ms", "predicted_latency_ms")}
-        if "metrics" in entry:
-            entry["metrics"] = {k: v for k, v in entry["metrics"].items() if k not in MEASURED_KEYS}
+        for key in ("metrics", "metrics_as_cut"):
+            if key in entry:
+                entry[key] = {k: v for k, v in entry[key].items() if k not in MEASURED_KEYS}
         if "correction" in entry:
             entry["correction"] = {k: v for k, v in entry["correction"].items() if k != "seconds"}
         return entry

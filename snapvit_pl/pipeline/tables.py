@@ -50,25 +50,56 @@ def format_metric(metric: str, value: Optional[float]) -> str:
     return f"{value:.0f}" if metric == THROUGHPUT_KEY else f"{100 * value:.2f}"
 
 
+def as_cut_names(report: dict[str, Any]) -> list[str]:
+    """The table metrics some corrected model was also measured on as cut (shown beside the corrected ones)."""
+    present = set()
+    for entry in report["pruned"]:
+        present |= set(entry.get("metrics_as_cut") or {})
+    return [m for m in metric_names(report) if m in present and m != THROUGHPUT_KEY]
+
+
+def correction_cell(entry: dict[str, Any]) -> str:
+    """What the correction did to one model: ``-`` (none), ``kept 3.1s`` (corrected, in 3.1 s), ``as cut 2.0s``
+    (the output check kept the model as cut)."""
+    record = entry.get("correction")
+    if not record:
+        return "-"
+    word = "as cut" if record.get("kept") == "as cut" else "kept"
+    return f"{word} {record['seconds']:.1f}s" if record.get("seconds") is not None else word
+
+
 def rows(report: dict[str, Any]) -> list[list[str]]:
-    """One row per model: name, ratios, params (share of dense), FLOPs (share), then the table metrics."""
+    """One row per model: name, ratios, params (share of dense), FLOPs (share), then the table metrics (each accuracy
+    as cut beside it when the models are corrected, and what the correction did)."""
     dense = report["dense"]
-    metrics = metric_names(report)
+    metrics, as_cut = metric_names(report), as_cut_names(report)
     out = []
     for name, entry, ratios in [("dense", dense, "-")] + [
         (e["label"], e, f"{e['mlp_ratio']:.2f}/{e['head_ratio']:.2f}") for e in report["pruned"]
     ]:
+        cells = []
+        for m in metrics:
+            if m in as_cut:
+                cells.append(format_metric(m, (entry.get("metrics_as_cut") or entry.get("metrics") or {}).get(m)))
+            cells.append(format_metric(m, (entry.get("metrics") or {}).get(m)))
         out.append([
             name, ratios, f"{human(entry['params'], dense['params'])} {entry['params'] / dense['params']:.0%}",
             f"{human(entry['flops'], dense['flops'])} {entry['flops'] / dense['flops']:.0%}",
-            human(macs(entry['flops']), macs(dense['flops'])),
-            *[format_metric(m, (entry.get("metrics") or {}).get(m)) for m in metrics],
+            human(macs(entry['flops']), macs(dense['flops'])), *cells,
+            *([correction_cell(entry) if entry is not dense else "-"] if as_cut else []),
         ])
     return out
 
 
 def columns(report: dict[str, Any]) -> list[str]:
-    return ["model", "mlp/head", "params", "FLOPs", "MACs"] + [TABLE_METRICS[m][0] for m in metric_names(report)]
+    """The table's column labels: with corrected models, each accuracy ``as cut`` then ``corrected``, and the
+    correction's outcome and cost per model."""
+    as_cut = as_cut_names(report)
+    labels = []
+    for m in metric_names(report):
+        short = TABLE_METRICS[m][0]
+        labels += [f"{short} as cut", f"{short} corr."] if m in as_cut else [short]
+    return ["model", "mlp/head", "params", "FLOPs", "MACs", *labels, *(["correction"] if as_cut else [])]
 
 
 def summary_table(report: dict[str, Any]):

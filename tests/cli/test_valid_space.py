@@ -112,7 +112,7 @@ def test_hard_coded_choices_belong_to_the_schema():
              "importance.min_mlp_keep", "importance.min_head_keep", "search.max_evaluations", "search.popsize",
              "export.budgets", "export.save_models", "export.split_candidates", "export.split_step",
              "export.split_images", "export.latency_batch_size", "export.mlp_multiple", "correction.enabled",
-             "correction.num_samples", "correction.batch_size", "evaluation.train_samples", "evaluation.val_samples",
+             "correction.num_samples", "correction.held_out", "correction.batch_size", "evaluation.train_samples", "evaluation.val_samples",
              "evaluation.throughput_batch_size", "evaluation.throughput_repeats", "report.plots"}
     known = lambda key: any(".".join(key.split(".")[:n]) in options for n in range(1, key.count(".") + 2))  # noqa: E731
     assert all(known(key) for key in drawn), sorted(key for key in drawn if not known(key))  # (data: its init_args)
@@ -275,6 +275,7 @@ def commands(draw, ddp: bool = False) -> Draw:
         o["correction.method"] = draw(st.sampled_from(CHOICES["correction.method"]))
         o["correction.damping"] = draw(st.sampled_from(CHOICES["correction.damping"]))
         o["correction.num_samples"] = draw(st.sampled_from([8, 16]))
+        o["correction.held_out"] = draw(st.sampled_from([0.0, 0.1, 0.25]))
         o["correction.batch_size"] = 8
     metrics = draw(st.just([]) | st.lists(st.sampled_from([m for m in CHEAP_METRICS if not ddp or m != "throughput"]),
                                           min_size=1, max_size=2, unique=True))

@@ -119,7 +119,8 @@ def test_correction_method_bias_is_flaps_compensation_in_the_pipeline():
     model, images = model_of("dino_vit"), smooth_images(6, 0)
     full = Subnet.full(model)
     subnet = Subnet([full.heads[0], torch.tensor([1, 3])], [torch.arange(0, full.neurons[0].numel(), 2), full.neurons[1]])
-    corrected, info = Correction(CorrectionSettings(enabled=True, method="bias", batch_size=4), images)(model, subnet)
+    settings = CorrectionSettings(enabled=True, method="bias", batch_size=4, held_out=0)
+    corrected, info = Correction(settings, images)(model, subnet)
     expected = compensate_bias_and_prune(copy.deepcopy(model), subnet, images, batch_size=4)
     assert architecture(corrected) == architecture(expected)
     for (name, a), b in zip(corrected.state_dict().items(), expected.state_dict().values()):

@@ -1,7 +1,9 @@
 """The correction that refits each pruned block to the dense model's outputs (``correction.method: dense_fit``)."""
 import copy
 import os
+from dataclasses import replace
 import socket
+import time
 
 import pytest
 import torch
@@ -168,10 +170,22 @@ def test_the_pipeline_runs_it_as_correction_method_dense_fit():
 
     model = model_of("dino_vit")
     subnet = half_subnet(model)
-    settings = CorrectionSettings(enabled=True, method="dense_fit", num_samples=32, batch_size=8)
-    corrected, record = Correction(settings, smooth_images(32, 1))(model, subnet)
-    assert record["method"] == "dense_fit" and record["num_samples"] == 32
-    expected = fit_to_dense_and_prune(copy.deepcopy(model), subnet, smooth_images(32, 1), batch_size=8)
+    images = smooth_images(40, 1)
+    settings = CorrectionSettings(enabled=True, method="dense_fit", num_samples=40, batch_size=8, held_out=0)
+    corrected, record = Correction(settings, images)(model, subnet)
+    assert record["method"] == "dense_fit" and record["num_samples"] == 40 and record["held_out_images"] == 0
+    assert record["kept"] == "corrected" and "output_check" not in record  # nothing held out: nothing to check on
+    expected = fit_to_dense_and_prune(copy.deepcopy(model), subnet, images, batch_size=8)
+    assert all(torch.equal(a, b) for a, b in zip(corrected.state_dict().values(), expected.state_dict().values()))
+    # the default: the last fifth held out before the fit, each block's variant and the whole model judged on it
+    corrected, record = Correction(replace(settings, held_out=0.2), images)(model, subnet)
+    assert record["num_samples"] == 40 and record["held_out_images"] == 8
+    choices = []
+    expected = fit_to_dense_and_prune(copy.deepcopy(model), subnet, images[:32], batch_size=8, held_out=images[32:],
+                                      choices=choices)
+    assert [c["kept"] for c in choices] == [b["kept"] for b in record["blocks"]]
+    if record["kept"] == "as cut":
+        expected = prune_(copy.deepcopy(model), subnet)
     assert all(torch.equal(a, b) for a, b in zip(corrected.state_dict().values(), expected.state_dict().values()))
 
 
@@ -246,3 +260,80 @@ def test_reconstruction_steps_lower_the_held_out_error_and_never_keep_a_worse_bl
     none = fit_to_dense_and_prune(copy.deepcopy(model), subnet, images, reconstruct=Reconstruction(0))
     assert all(torch.equal(a, b) for a, b in zip(none.state_dict().values(), fitted.state_dict().values()))
     assert [p.requires_grad for p in stepped.parameters()] == [p.requires_grad for p in fitted.parameters()]
+
+
+def test_held_out_images_never_reach_the_fit():
+    """Issue 75: the held-out images judge the fit, they are not fitted on. Poisoned (NaN), they leave the first
+    block's fitted weights bit for bit those of a run without them, and finite; every block then keeps its weights as
+    cut, since nothing can vouch for the fit."""
+    from snapvit_pl.correction import dense_fit
+
+    model, images = model_of("dino_vit"), smooth_images(32, 1)
+    subnet = half_subnet(model)
+    written = {}
+
+    def first_fit(poison):
+        calls = []
+        original = dense_fit._write
+        dense_fit._write = lambda layer, w, b: (calls.append((w.clone(), b.clone())), original(layer, w, b))
+        try:
+            choices = []
+            fitted = fit_to_dense_and_prune(copy.deepcopy(model), subnet, images, batch_size=8, held_out=poison,
+                                            choices=choices)
+        finally:
+            dense_fit._write = original
+        return calls[:2], choices, fitted  # block 0's proj and fc2
+
+    written["none"], _, _ = first_fit(None)
+    written["clean"], _, _ = first_fit(smooth_images(8, 2))
+    written["nan"], choices, poisoned = first_fit(torch.full((8, 3, 32, 32), float("nan")))
+    for name in ("clean", "nan"):
+        for (w, b), (w0, b0) in zip(written[name], written["none"]):
+            assert torch.equal(w, w0) and torch.equal(b, b0) and torch.isfinite(w).all(), name
+    assert [c["kept"] for c in choices] == ["as cut"] * len(model.blocks)
+    cut = prune_(copy.deepcopy(model), subnet)
+    assert all(torch.equal(a, b) for a, b in zip(poisoned.state_dict().values(), cut.state_dict().values()))
+
+
+def test_a_block_the_fit_makes_worse_on_held_out_images_keeps_its_weights_as_cut():
+    """Fitted on one image with a vanishing ridge, the blocks over-fit it; judged on other images, each keeps its
+    weights as cut, and the model is the model as cut bit for bit."""
+    model = model_of("dino_vit")
+    subnet = half_subnet(model)
+    choices = []
+    fitted = fit_to_dense_and_prune(copy.deepcopy(model), subnet, smooth_images(1, 1), damp_fraction=1e-12,
+                                    held_out=torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0)),
+                                    choices=choices)
+    assert len(choices) == len(model.blocks)
+    for choice in choices:
+        errors = choice["held_out_error"]
+        assert errors["fitted"] > errors["as cut"] and choice["kept"] == "as cut", choice
+    cut = prune_(copy.deepcopy(model), subnet)
+    assert all(torch.equal(a, b) for a, b in zip(fitted.state_dict().values(), cut.state_dict().values()))
+    # on images like those it was fitted on, the fit is kept where it is closer to the dense block
+    choices = []
+    fit_to_dense_and_prune(copy.deepcopy(model), subnet, smooth_images(64, 1), held_out=smooth_images(16, 2),
+                           choices=choices)
+    assert all(c["kept"] == min(c["held_out_error"], key=c["held_out_error"].get) for c in choices)
+    assert any(c["kept"] == "fitted" for c in choices)
+
+
+def test_reconstruction_stops_when_the_held_out_error_stops_improving():
+    """``patience``: a block's steps end once that many pass without a lower held-out error; ``seconds``: once the
+    model's time is spent (shared by its blocks); neither: every step runs."""
+    from snapvit_pl.correction import Reconstruction
+
+    model, images, held_out = model_of("dino_vit"), smooth_images(32, 1), smooth_images(8, 2)
+    subnet = half_subnet(model)
+    # a rate so high that no step after the first few improves: patience ends each block early
+    patient = Reconstruction(400, lr=1.0, batch_size=8, check_every=5, patience=20)
+    fit_to_dense_and_prune(copy.deepcopy(model), subnet, images, held_out=held_out, reconstruct=patient)
+    for block in patient.log:
+        assert block["steps_run"] - block["steps_kept"] <= 20 + 5 and block["steps_run"] < 400, block
+    endless = Reconstruction(60, lr=1.0, batch_size=8, check_every=5, patience=None)
+    fit_to_dense_and_prune(copy.deepcopy(model), subnet, images, held_out=held_out, reconstruct=endless)
+    assert [b["steps_run"] for b in endless.log] == [60] * len(model.blocks)
+    timed = Reconstruction(10 ** 7, lr=1e-4, batch_size=8, patience=None, seconds=0.5)
+    started = time.perf_counter()
+    fit_to_dense_and_prune(copy.deepcopy(model), subnet, images, held_out=held_out, reconstruct=timed)
+    assert time.perf_counter() - started < 30 and all(0 < b["steps_run"] < 10 ** 7 for b in timed.log)

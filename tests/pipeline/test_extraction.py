@@ -32,18 +32,19 @@ def test_models_are_cut_then_corrected_then_evaluated_then_saved(base, tmp_path)
     calls = []
 
     class Recording(Correction):
-        def __call__(self, base_model, subnet):
+        def __call__(self, base_model, subnet, as_cut=None):
             calls.append("correct")
-            return super().__call__(base_model, subnet)
+            return super().__call__(base_model, subnet, as_cut)
 
     def evaluation(pruned):
         calls.append("evaluate")
         return {"head_top1": 0.5, "n_params": sum(p.numel() for p in pruned.parameters())}
 
     timings = Timings()
-    items = extract_models(model, scores, BUDGETS, correction=Recording(CorrectionSettings(batch_size=5), images),
+    settings = CorrectionSettings(batch_size=5, held_out=0)  # nothing held out: every model corrected
+    items = extract_models(model, scores, BUDGETS, correction=Recording(settings, images),
                            evaluation=evaluation, save_dir=tmp_path / "models", spec=FAMILIES["augreg_vit"], timings=timings)
-    assert calls == ["correct", "evaluate"] * 2
+    assert calls == ["evaluate", "correct", "evaluate"] * 2  # as cut (the report shows it beside), then corrected
     assert fingerprint(model) == before, "the base model is never modified"
     cost = CostModel(model)
     for item, budget in zip(items, BUDGETS):
@@ -53,6 +54,7 @@ def test_models_are_cut_then_corrected_then_evaluated_then_saved(base, tmp_path)
         expected = fit_to_dense_and_prune(copy.deepcopy(model), item.subnet, images, batch_size=5)  # the default
         assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), expected.state_dict().values()))
         assert record["extra"]["metrics"]["head_top1"] == 0.5 and record["extra"]["correction"]["num_samples"] == 12
+        assert item.metrics_as_cut["n_params"] == item.metrics["n_params"] and record["extra"]["metrics_as_cut"]
         assert record["extra"]["base_fingerprint"] == scores.fingerprint
     assert items[1].flops <= 0.6 * cost.dense_flops
     assert timings.correction_s > 0 and timings.evaluation_s is not None
