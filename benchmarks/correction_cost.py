@@ -1,8 +1,16 @@
-"""What correcting one pruned model costs at full size: seconds and peak memory of each correction method.
+"""What correcting one pruned model costs: seconds and peak memory of each correction method.
 
     python benchmarks/correction_cost.py                  # ViT-B/16 and ViT-L/14 at 224 px, 8 calibration images
     python benchmarks/correction_cost.py --images 8,32    # how the cost grows with the calibration images
+    python benchmarks/correction_cost.py --models clutter,dino,vit_b16 --methods dense_fit,default --images 1000
+                                                          # the default correction against the fit alone (issue 75)
     python benchmarks/correction_cost.py --tiny           # the CI smoke run (a tiny model)
+
+``--methods``: ``sparsegpt`` and ``dense_fit`` are each method alone (nothing held out, no reconstruction steps);
+``default`` is what ``--correction.enabled true`` runs on this device with every other setting at its default (the
+held-out images, each block's choice, the output check; ``reconstruct_steps: auto``). ``--models`` takes the
+full-size names below and the development models (their architecture, random weights: the cost does not depend on
+them).
 
 Random weights (no download), synthetic calibration images, one torch thread, the CPU. Each (model, method, images)
 runs in a fresh process, so that its peak resident memory (:class:`snapvit_pl.device.PeakMemory`, reset when the
@@ -30,7 +38,11 @@ from benchmarks.common import RESULTS, machine_info, parse_args, write_results  
 
 MODELS = {"vit_b16": "vit_base_patch16_224", "vit_l14": "vit_large_patch14_224"}
 TINY = {"tiny": "vit_tiny_patch16_224"}
-METHODS = ("sparsegpt", "dense_fit")
+#: Each ``--methods`` word: the correction settings besides the calibration images (``default``: every default).
+VARIANTS = {"sparsegpt": {"method": "sparsegpt", "held_out": 0.0},
+            "dense_fit": {"method": "dense_fit", "held_out": 0.0, "reconstruct_steps": 0},
+            "default": {}}
+METHODS = tuple(VARIANTS)
 KEEP_HEADS, KEEP_NEURONS = 0.5, 0.35
 
 
@@ -38,27 +50,36 @@ def measure_one(model_name: str, method: str, images: int, tiny: bool) -> dict[s
     """Correct one pruned copy of ``model_name`` with ``method`` on ``images`` calibration images (this process)."""
     import torch
 
+    from benchmarks.common import MODELS as DEVELOPMENT
     from snapvit_pl.correction import CorrectionSettings
     from snapvit_pl.device import PeakMemory
     from snapvit_pl.models import BackboneSpec, Subnet, load_backbone, prunable_blocks
     from snapvit_pl.pipeline.extraction import Correction
 
     torch.set_num_threads(1)
-    kwargs = {"num_classes": 0, **({"img_size": 32, "depth": 2} if tiny else {})}
-    model = load_backbone(BackboneSpec(model_name, False, None, kwargs)).eval()
+    if model_name in DEVELOPMENT:  # its architecture (random weights)
+        base = json.loads((DEVELOPMENT[model_name] / "architecture.json").read_text())["base"]
+        spec = BackboneSpec(base["model_name"], False, None, base["model_kwargs"])
+    else:
+        spec = BackboneSpec(model_name, False, None, {"num_classes": 0, **({"img_size": 32, "depth": 2} if tiny else {})})
+    model = load_backbone(spec).eval()
     size = model.patch_embed.img_size
-    calibration = torch.randn(images, 3, *size, generator=torch.Generator().manual_seed(0))
+    calibration = torch.randn(images, model.patch_embed.proj.in_channels, *size,
+                              generator=torch.Generator().manual_seed(0))
     blocks = prunable_blocks(model)
     subnet = Subnet([torch.arange(round(b.heads.num_units * KEEP_HEADS)) for b in blocks],
                     [torch.arange(round(b.neurons.num_units * KEEP_NEURONS)) for b in blocks])
-    settings = CorrectionSettings(enabled=True, method=method, num_samples=images, batch_size=min(images, 8))
+    settings = CorrectionSettings(enabled=True, num_samples=images, batch_size=min(images, 64 if images > 8 else 8),
+                                  **VARIANTS[method])
     memory = PeakMemory("cpu")
     before = memory.start().peak_mb()
     started = time.perf_counter()
-    corrected, _ = Correction(settings, calibration)(model, subnet)
+    corrected, record = Correction(settings, calibration)(model, subnet)
     seconds = time.perf_counter() - started
     params = sum(p.numel() for p in corrected.parameters())
     return {"model": model_name, "method": method, "images": images, "seconds": seconds,
+            "held_out_images": record["held_out_images"], "kept": record["kept"],
+            "reconstruction_steps": sum(b["steps_run"] for b in record.get("reconstruction", {}).get("blocks", [])),
             "peak_mb": memory.peak_mb(), "held_before_mb": before, "kept_params": params,
             "dense_params": sum(p.numel() for p in model.parameters())}
 
@@ -72,11 +93,16 @@ def markdown(report: dict[str, Any]) -> str:
              f"and {KEEP_NEURONS:.0%} of the MLP neurons of every block. Peak memory: the process's peak resident "
              "set size during the correction (the model, its copy and the calibration streams); 'held before': "
              "what the process held when it started (the model and the images).", "",
-             "| model | kept params | method | calibration images | seconds | peak (MiB) | held before (MiB) |",
-             "|---|---:|---|---:|---:|---:|---:|"]
+             "| model | kept params | method | calibration images | held out | seconds | x the fit alone | peak (MiB) "
+             "| held before (MiB) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    fit = {(r["model"], r["images"]): r["seconds"] for r in rows if r["method"] == "dense_fit"}
     for r in rows:
+        alone = fit.get((r["model"], r["images"]))
+        ratio = f"{r['seconds'] / alone:.2f}" if alone else "-"
         lines.append(f"| {r['model']} | {r['kept_params'] / r['dense_params']:.0%} | {r['method']} | {r['images']} | "
-                     f"{r['seconds']:.1f} | {r['peak_mb']:.0f} | {r['held_before_mb']:.0f} |")
+                     f"{r.get('held_out_images', 0)} | {r['seconds']:.1f} | {ratio} | {r['peak_mb']:.0f} | "
+                     f"{r['held_before_mb']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -93,7 +119,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         name, method, images = args.one.split(",")
         print(json.dumps(measure_one(name, method, int(images), args.tiny)))
         return 0
-    models = TINY if args.tiny else {k: MODELS[k] for k in args.models.split(",")}
+    models = TINY if args.tiny else {k: MODELS.get(k, k) for k in args.models.split(",")}
     counts = [2] if args.tiny else [int(n) for n in args.images.split(",")]
     rows = []
     for label, name in models.items():

@@ -133,20 +133,20 @@ def _cut(parser: Any, args: Any, argv: list[str], out_dir: Path) -> int:
             if race:
                 print(f"using the images given, the files the run read: racing the head/MLP split of "
                       f"{', '.join(guessed)}")
-    elif guessed or correction.active(pipeline.device):
+    elif guessed or correction.active(base):
         data, why_not = _run_data(argv, args, scores, pipeline.settings.search.num_images)
         if data is not None:
             data.configure_for_model(base)
             print(f"using the run's images ({Path(args.scores).parent / CONFIG_FILE}): "
                   + ", ".join(filter(None, (guessed and f"racing the head/MLP split of {', '.join(guessed)}",
-                                            correction.active(pipeline.device) and "calibrating the correction"))))
+                                            correction.active(base) and "calibrating the correction"))))
         race = data is not None
     if correction.enabled is True and data is None:
         raise ConfigError(f"--correction.enabled true needs calibration images, and the run's could not be taken "
                           f"({why_not}): give the pruning run's data (--config runs/prune/<run>/config.yaml, or "
                           "--data.class_path / --data.init_args.*)")
-    if correction.enabled == "auto":  # where the model computes, and only with the run's data
-        correction.enabled = data is not None and correction.active(pipeline.device)
+    if correction.enabled == "auto":  # a model with a classifier, and only with the run's data
+        correction.enabled = data is not None and correction.active(base)
     if data is not None:  # calibration, and the fitness that races a budget's split when they are the run's images
         pipeline.inputs = DataModuleInputs(data, fitness=race)
     if guessed and not race:

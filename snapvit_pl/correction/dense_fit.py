@@ -41,7 +41,7 @@ from ..progress import Progress, ProgressMode
 from ..ranges import check_value
 from .sparsegpt import DAMP_FRACTION, DAMPING, Damping
 from .calibration import BATCH_SIZE, block_inputs, blocks_losing_units
-from .reconstruction import Reconstruction, block_error
+from .reconstruction import Reconstruction, block_error, tail_aside
 from .settings import Refit
 
 #: Sums a statistic over the processes that share the calibration images (in place), e.g. ``dist.all_reduce``.
@@ -206,8 +206,8 @@ def fit_to_dense_and_prune(
             output (:class:`Reconstruction`; None: none).
         held_out: images neither the fit nor the steps use: each corrected block keeps the variant (:data:`VARIANTS`:
             as cut, fitted, fitted and reconstructed) whose output is closest to the dense block's on them, and the
-            reconstruction keeps its best step on them (None: every block keeps its fit, and the steps judge
-            themselves on the images they run on).
+            reconstruction keeps its best step on them (None: every block keeps its fit, and the steps keep their
+            best on the last tenth of ``images``, which the fit has used: :func:`tail_aside`).
         choices: receives one entry per corrected block: ``{"block", "kept", "held_out_error": {variant: error}}``.
         progress: show progress over blocks (a :class:`snapvit_pl.progress.Progress` mode).
 
@@ -268,8 +268,10 @@ def fit_to_dense_and_prune(
                 for s in batches:
                     dense_stream[s] = reference(dense_stream[s], **kwargs)  # the block's targets, the next inputs
             if stepping:
-                reconstruct.run(block, pruned_stream, dense_stream, kwargs, seed=b, train=slice(0, fitted_rows),
-                                check=check, blocks_left=sum(1 for t in todo if t >= b))
+                train, steps_check = (slice(0, fitted_rows), check) if check is not None else \
+                    tail_aside(fitted_rows)
+                reconstruct.run(block, pruned_stream, dense_stream, kwargs, seed=b, train=train, check=steps_check,
+                                blocks_left=sum(1 for t in todo if t >= b))
                 if check is not None and reconstruct.log[-1]["steps_kept"] > 0:
                     keep("reconstructed")
             if check is not None:

@@ -101,6 +101,18 @@ class Reconstruction:
         return block_error(block, inputs, targets, kwargs, self.batch_size)
 
 
+#: Without held-out images, the share of the fit's own images the steps keep their best step on.
+CHECK_SHARE = 0.1
+
+
+def tail_aside(rows: int) -> tuple[slice, slice]:
+    """``(train, check)`` rows of the steps when no image was held out before the fit: the last tenth of the fit's
+    images checked (at least one; every image when there is only one). The fit has seen them, so this check is
+    biased toward the fit: ``correction.held_out`` sets images aside before anything is fitted."""
+    aside = max(1, round(rows * CHECK_SHARE)) if rows > 1 else 0
+    return (slice(0, rows - aside), slice(rows - aside, rows)) if aside else (slice(0, rows), slice(0, rows))
+
+
 @torch.no_grad()
 def block_error(block: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, kwargs: dict,
                 batch_size: int = BATCH_SIZE) -> float:

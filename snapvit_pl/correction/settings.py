@@ -7,10 +7,12 @@ from dataclasses import dataclass, fields
 from typing import Literal, Optional, Union
 
 import torch
+from torch import nn
 
 from ..errors import ConfigError
 from ..ranges import HalfOpenUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields, one_of
 from .calibration import BATCH_SIZE
+from .guard import is_headless
 from .sparsegpt import BLOCK_SIZE, DAMP_FRACTION, DAMPING, Damping
 
 #: Block-wise reconstruction's steps per pruned block where ``reconstruct_steps: auto`` runs it (an accelerator), and
@@ -20,8 +22,8 @@ RECONSTRUCT_LR = 1e-3
 #: Steps without a lower held-out error after which a block's reconstruction stops.
 RECONSTRUCT_PATIENCE = 200
 #: Share of the calibration images held out before anything is fitted (what each block's variant and the output
-#: check are judged on).
-HELD_OUT = 0.2
+#: check are judged on) where ``held_out`` is not given: none yet (docs/method.md, section 4, measured 0.2).
+HELD_OUT = 0.0
 
 #: The correction methods (``correction.method``) and which layers the fit refits (``correction.refit``).
 Method = one_of("dense_fit", "sparsegpt", "bias")
@@ -36,12 +38,13 @@ METHOD_SETTINGS = {"refit": ("dense_fit",), "output_weight": ("dense_fit",), "re
 
 @dataclass
 class CorrectionSettings:
-    """Weight correction of extracted models (off by default; docs/method.md, section 4, says why).
+    """Weight correction of extracted models (docs/method.md, section 4, says what was measured and decided).
 
     Args:
-        enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units): ``true``,
-            ``false`` (the default), or ``auto``: on when the run's device is an accelerator, where it costs seconds
-            per model, off on the CPU, where it costs minutes per model at full size (see :meth:`active`).
+        enabled: correct each extracted model (``attn.proj`` / ``mlp.fc2`` of the blocks that lose units): ``false``
+            (the default) none, ``true`` every model, ``auto`` the models of a backbone with a classifier, leaving a
+            headless backbone's as cut (on the self-supervised development model a correction lowered k-NN accuracy
+            where no label-free check could see it; see :meth:`active`).
         method: ``dense_fit`` (the default: each pruned block's ``proj`` / ``fc2`` refitted, weight and bias, to the
             dense model's output of that block, residual stream included:
             :func:`snapvit_pl.correction.fit_to_dense_and_prune`; docs/method.md, section 4, has the measurements),
@@ -55,7 +58,8 @@ class CorrectionSettings:
             to the dense block's output on them, and the corrected model is kept only when its output embedding is
             at least as close to the dense model's as the model as cut (for a model without a classifier, also each
             image's nearest neighbours; :class:`snapvit_pl.correction.guard.OutputGuard`). 0: nothing held out,
-            every correction kept unchecked.
+            every correction kept unchecked (the default; the reconstruction steps then keep their best step on the
+            last tenth of the images the fit used). docs/method.md, section 4, measured 0.2.
         batch_size: images per forward pass.
         damping: how the damping (``sparsegpt``: of the Hessian, :meth:`snapvit_pl.correction.ColumnCorrector.correct`;
             ``dense_fit``: the ridge, :meth:`snapvit_pl.correction.RidgeFit.solve`) scales with the inputs'
@@ -102,10 +106,11 @@ class CorrectionSettings:
                                   f"only, and the method is {self.method}; remove it, or choose the method it "
                                   "applies to")
 
-    def active(self, device: torch.device | str) -> bool:
-        """Whether models cut on ``device`` are corrected: ``enabled``, with ``auto`` meaning any device but the CPU."""
+    def active(self, model: nn.Module) -> bool:
+        """Whether the models cut from ``model`` are corrected: ``enabled``, with ``auto`` meaning a backbone with a
+        classifier (:func:`snapvit_pl.correction.guard.is_headless`)."""
         if self.enabled == "auto":
-            return torch.device(device).type != "cpu"
+            return not is_headless(model)
         return bool(self.enabled)
 
     def steps_on(self, device: torch.device | str) -> int:

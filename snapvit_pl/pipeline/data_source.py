@@ -44,7 +44,7 @@ def use_loader(pipe: "Pipeline") -> None:
 
     s = pipe.settings
     fitness = s.search.num_images if s.search.max_evaluations > 0 or s.export.split == "fitness" else 0
-    calibration = s.correction.num_samples if s.correction.enabled else 0
+    calibration = s.correction.num_samples if s.correction.active(pipe.model) else 0
     evaluation = ((s.evaluation.train_samples or sys.maxsize // 2, s.evaluation.val_samples or sys.maxsize // 2)
                   if set(s.evaluation.metrics) & {"knn", "linear", "head"} else None)
     pipe.inputs = LoaderInputs(scoring_views(s.importance.scorer), fitness, calibration, evaluation,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
+from ..correction.guard import is_headless
 from ..elastic.budget import Budget, CostModel
 from ..elastic.latency import latency_table
 from ..errors import ConfigError
@@ -109,9 +110,11 @@ def _export(pipe: "Pipeline", budgets: Optional[Sequence[Budget | dict[str, Any]
     owner = share_by_cost(flops + ([1.0] if dense_job else []), pipe.dist.world_size)
     mine = [item for item, r in zip(resolved, owner) if r == pipe.dist.rank]
     correction = None
-    corrected = s.correction.active(pipe.device)
+    # auto: where the model has a classifier and the run has calibration images (true without them is refused)
+    corrected = s.correction.active(pipe.model) and (s.correction.enabled is True or pipe.inputs.has_calibration_images())
     pipe.state.correction = correction_record(s.correction, corrected, pipe.device,
-                                              bool(getattr(s.importance.scorer, "correction_aware", False)))
+                                              bool(getattr(s.importance.scorer, "correction_aware", False)),
+                                              headless=is_headless(pipe.model))
     if corrected and mine:
         correction = Correction(s.correction, pipe.inputs.calibration_images(s.correction))
     data = pipe.inputs.evaluation_data(settings) if mine or (dense_job and owner[-1] == pipe.dist.rank) else None

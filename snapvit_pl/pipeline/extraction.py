@@ -38,22 +38,29 @@ from .state import ExtractedModel, Timings
 log = logging.getLogger(__name__)
 
 #: Printed (and written into the report) when a run's models are not corrected.
-CORRECTION_HINT = ("the pruned models are not corrected: correction enabled corrects each one (prune.py: "
-                   "--correction.enabled true; Python: CorrectionSettings(enabled=True); seconds per model on a GPU, "
-                   "minutes at full size on a CPU; auto: only on accelerators), worth the most where pruning "
+CORRECTION_HINT = ("the pruned models are not corrected: --correction.enabled true (Python: "
+                   "CorrectionSettings(enabled=True)) corrects each one, judged against the model as cut on held-out "
+                   "images (seconds per model on a GPU, minutes at full size on a CPU), worth the most where pruning "
                    "costs the most accuracy (the documentation site, page 'The method', section 4)")
 
+#: The hint when ``enabled: auto`` left a headless backbone's models as cut.
+HEADLESS_HINT = ("the pruned models are not corrected: the backbone has no classifier, and correction.enabled auto "
+                 "leaves a headless backbone's models as cut (on the self-supervised development model the correction "
+                 "lowered k-NN accuracy where no label-free check could see it; on the other it raised it by up to "
+                 "3 points); --correction.enabled true corrects them, and the report then shows each model as cut "
+                 "beside it (the documentation site, page 'The method', section 4)")
 
 #: The hint when the scores were ranked for corrected models (``GaussNewtonGreedy(correction_aware=True)``).
 CORRECTION_AWARE_HINT = ("the scores were ranked for corrected models (the scorer's correction_aware: true) but the "
-                         "pruned models are not corrected: correction enabled (--correction.enabled true) corrects each one, or rank "
-                         "without correction_aware")
+                         "pruned models are not corrected: correction enabled (--correction.enabled true) corrects "
+                         "each one, or rank without correction_aware")
 
 
 def correction_record(settings: CorrectionSettings, applied: bool, device: torch.device | str,
-                      ranked_for_correction: bool = False) -> dict[str, Any]:
+                      ranked_for_correction: bool = False, headless: bool = False) -> dict[str, Any]:
     """What a run did about the weight correction, for its report: the setting, whether it ran, and how to turn it
-    on when it did not (``ranked_for_correction``: the scores assume corrected models, which the hint then says)."""
+    on when it did not (``ranked_for_correction``: the scores assume corrected models, which the hint then says;
+    ``headless``: ``auto`` left a backbone without a classifier uncorrected)."""
     record: dict[str, Any] = {"enabled": settings.enabled, "applied": applied, "method": settings.method,
                               "device": str(device)}
     if applied:
@@ -61,7 +68,8 @@ def correction_record(settings: CorrectionSettings, applied: bool, device: torch
         if settings.method == "dense_fit":
             record["reconstruct_steps"] = settings.steps_on(device)
     else:
-        record["hint"] = CORRECTION_AWARE_HINT if ranked_for_correction else CORRECTION_HINT
+        record["hint"] = CORRECTION_AWARE_HINT if ranked_for_correction else \
+            HEADLESS_HINT if headless and settings.enabled == "auto" else CORRECTION_HINT
     return record
 
 

@@ -26,6 +26,10 @@ class StageInputs:
         """Whether :meth:`fitness_images` has images to give."""
         return False
 
+    def has_calibration_images(self) -> bool:
+        """Whether :meth:`calibration_images` has images to give (``correction.enabled: auto`` corrects only then)."""
+        return False
+
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         """``[N, C, H, W]`` plain images for the weight correction (``settings.num_samples`` at most)."""
         raise ConfigError("the weight correction needs calibration images: pass them, or leave correction off")
@@ -69,6 +73,9 @@ class DataModuleInputs(StageInputs):
     def has_fitness_images(self) -> bool:
         return self.fitness
 
+    def has_calibration_images(self) -> bool:
+        return True
+
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         """At most ``data.max_samples`` of them: the images the importance pass read when it read fewer than
         ``settings.num_samples`` (the run reads no image its data settings leave out)."""
@@ -111,6 +118,9 @@ class TensorInputs(StageInputs):
     def has_fitness_images(self) -> bool:
         return self.images is not None
 
+    def has_calibration_images(self) -> bool:
+        return self.images is not None
+
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         if self.images is None:
             return super().calibration_images(settings)
@@ -148,6 +158,7 @@ class LoaderInputs(StageInputs):
     def __init__(self, views: str, fitness: int, calibration: int, evaluation: Optional[tuple[int, int]] = None,
                  crop_seed: int = 0, model: Any = None, source: str = "the Trainer's loader"):
         self.views, self.crop_seed, self.model, self.source, self.fitness = views, crop_seed, model, source, fitness
+        self.calibration = calibration
         self.wanted = max(fitness, calibration, sum(evaluation) if evaluation else 0)
         self.images: list[torch.Tensor] = []
         self.labels: Optional[list[torch.Tensor]] = []  # None once a batch came without labels
@@ -216,6 +227,9 @@ class LoaderInputs(StageInputs):
 
     def has_fitness_images(self) -> bool:
         return self.fitness > 0
+
+    def has_calibration_images(self) -> bool:
+        return self.calibration > 0
 
     def calibration_images(self, settings: CorrectionSettings) -> torch.Tensor:
         return self._first(settings.num_samples, "weight correction")

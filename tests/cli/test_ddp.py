@@ -232,9 +232,14 @@ def _hashes(out: Path) -> dict[str, str]:
 
 
 def test_two_processes_share_the_splits_and_the_export_and_write_the_same_files(prune_args, tmp_path):
-    """The split choice (raced candidates) and the export (each rank its share of the models and of the evaluation)
-    on two processes: the same scores file and model files, byte for byte, and the same metrics as one process."""
-    args = [a for a in prune_args if not a.startswith(("--search.max_evaluations", "--export.", "--evaluation.metrics"))]
+    """The split choice (raced candidates) and the export (each rank its share of the models and of the evaluation,
+    the correction with its reconstruction steps and held-out checks included) on two processes: the same scores file
+    and model files, byte for byte (one process's weights), and the same metrics, as cut and corrected, as one
+    process."""
+    args = [a for a in prune_args if not a.startswith(("--search.max_evaluations", "--export.", "--evaluation.metrics",
+                                                       "--correction."))]
+    args += ["--correction.enabled=true", "--correction.num_samples=40", "--correction.held_out=0.2",
+             "--correction.batch_size=8", "--correction.reconstruct_steps=30", "--correction.reconstruct_patience=10"]
     args += ["--search.max_evaluations=0", "--export.budgets=[{sparsity: 0.3}, {flops: 0.6}, {sparsity: 0.5}]",
              "--export.split_grid=0.25", "--export.split_images=16", "--evaluation.metrics=[knn, head, throughput]",
              "--evaluation.train_samples=64", "--evaluation.val_samples=32", "--evaluation.throughput_batch_size=4",
@@ -254,3 +259,7 @@ def test_two_processes_share_the_splits_and_the_export_and_write_the_same_files(
     for a, b in zip(one["pruned"], two["pruned"]):
         assert a["label"] == b["label"] and a["metrics"]["knn_top1"] == b["metrics"]["knn_top1"]
         assert a["metrics"]["head_top1"] == b["metrics"]["head_top1"]
+        assert a["metrics_as_cut"]["knn_top1"] == b["metrics_as_cut"]["knn_top1"]
+        assert {k: v for k, v in a["correction"].items() if k != "seconds"} == \
+            {k: v for k, v in b["correction"].items() if k != "seconds"}
+        assert a["correction"]["held_out_images"] == 8 and a["correction"]["reconstruction"]["blocks"]

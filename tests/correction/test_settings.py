@@ -1,4 +1,4 @@
-"""The correction's settings: auto on accelerators only, and each method's own settings refused elsewhere."""
+"""The correction's settings: auto on models with a classifier, and each method's own settings refused elsewhere."""
 import pytest
 import torch
 
@@ -6,14 +6,22 @@ from snapvit_pl.correction import CorrectionSettings
 from snapvit_pl.errors import ConfigError
 
 
-def test_auto_corrects_on_accelerators_only_and_explicit_settings_win():
-    assert CorrectionSettings().enabled is False and not CorrectionSettings().active("cuda")  # off by default
+def test_auto_corrects_models_with_a_classifier_and_explicit_settings_win():
+    """Issue 75: ``auto`` corrects where it never lost on the development models (a backbone with a classifier); a
+    headless backbone's models stay as cut unless asked; the device does not decide."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    headed = VisionTransformer(img_size=16, patch_size=8, embed_dim=16, depth=1, num_heads=2, num_classes=3)
+    headless = VisionTransformer(img_size=16, patch_size=8, embed_dim=16, depth=1, num_heads=2, num_classes=0)
+    assert CorrectionSettings().enabled is False and not CorrectionSettings().active(headed)  # off by default
     auto = CorrectionSettings(enabled="auto")
-    assert not auto.active("cpu") and auto.active("cuda") and auto.active(torch.device("mps"))
-    assert CorrectionSettings(enabled=True).active("cpu") and not CorrectionSettings(enabled=False).active("cuda")
+    assert auto.active(headed) and not auto.active(headless)
+    assert CorrectionSettings(enabled=True).active(headless) and not CorrectionSettings(enabled=False).active(headed)
     for bad in ("sometimes", 1, "true"):  # (a word is never a switch: the command line and YAML give booleans)
         with pytest.raises(ConfigError, match=f"correction.enabled must be true, false or auto, got {bad!r}"):
             CorrectionSettings(enabled=bad)
+    auto = CorrectionSettings()
+    assert auto.steps_on("cpu") == 0 and auto.steps_on(torch.device("cuda")) > 0  # the steps: accelerators only
 
 
 @pytest.mark.parametrize("method, setting, value, applies", [

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -156,3 +157,50 @@ def test_no_line_crosses_a_budget_label_in_the_accuracy_plots(steep):
         assert sorted(t.get_text() for t in ax.texts) == sorted(e["label"] for e in report["pruned"])
         assert label_boxes_crossed(fig, ax) == [], size
         plt.close(fig)
+
+
+def test_corrected_models_are_shown_beside_the_models_as_cut(tmp_path):
+    """Issue 75: per model, each accuracy as cut and corrected side by side (table, report.json, TensorBoard), what
+    the output check kept and what the correction cost."""
+    from snapvit_pl.pipeline.report import logged_metrics
+    from snapvit_pl.pipeline.tables import columns
+
+    state = _finished_state(2)
+    for item, kept in zip(state.extracted, ("corrected", "as cut")):
+        item.metrics_as_cut = {k: v - 0.02 for k, v in item.metrics.items() if k != "throughput_images_per_s"}
+        item.correction = {"method": "dense_fit", "num_samples": 100, "held_out_images": 20, "kept": kept,
+                           "output_check": {"held_out_images": 20, "kept": kept}, "seconds": 3.25}
+    state.correction = {"enabled": True, "applied": True, "method": "dense_fit", "device": "cpu", "num_samples": 100}
+    report = write_report(state, tmp_path, print_table=False, plots=False)
+    assert columns(report) == ["model", "mlp/head", "params", "FLOPs", "MACs", "k-NN % as cut", "k-NN % corr.",
+                               "linear % as cut", "linear % corr.", "head % as cut", "head % corr.", "img/s",
+                               "correction"]
+    table = rows(report)
+    first, second = table[1], table[2]
+    assert first[5:7] == [f"{100 * (0.9 - 0.02):.2f}", f"{100 * 0.9:.2f}"] and first[-1] == "kept 3.2s"
+    assert second[-1] == "as cut 3.2s" and table[0][-1] == "-"
+    assert report["pruned"][0]["metrics_as_cut"]["knn_top1"] == pytest.approx(0.88)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "20 of them held out to judge each model: 1 of 2 corrected models kept" in markdown
+    assert "| k-NN % as cut | k-NN % corr. |" in markdown
+    scalars, hparams = logged_metrics(report)
+    assert ("models/knn_top1_as_cut_vs_params", pytest.approx(0.88), state.extracted[0].params) in scalars
+    assert hparams["sparsity0.1/knn_top1_as_cut"] == pytest.approx(0.88)
+    # uncorrected runs keep one column per metric
+    plain = _finished_state(1)
+    assert "k-NN %" in columns(build_report(plain)) and "correction" not in columns(build_report(plain))
+
+
+def test_the_end_of_run_note_comes_only_where_a_model_loses_accuracy():
+    """Correction off: the note saying how to turn it on only where some model is more than half a point below the
+    dense model (or nothing was measured)."""
+    from snapvit_pl.pipeline.extraction import pruning_costs_accuracy
+
+    state = _finished_state(2)
+    dense = state.dense.metrics
+    assert pruning_costs_accuracy(dense, state.extracted)  # the second model is 1% below on every metric
+    close = [replace(item, metrics={**dense}) for item in state.extracted]
+    assert not pruning_costs_accuracy(dense, close)
+    close[1].metrics["head_top1"] -= 0.006
+    assert pruning_costs_accuracy(dense, close)
+    assert pruning_costs_accuracy(None, close) and pruning_costs_accuracy(dense, [replace(close[0], metrics=None)])
