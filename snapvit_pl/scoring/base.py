@@ -264,12 +264,12 @@ class Scorer(metaclass=_Specification):
         """
         if isinstance(self, Accumulator):
             raise ScoringError(f"{self.name}: this scorer is already bound to a model; bind its specification")
-        bound = copy.copy(self)  # the arguments as they are: checked when this specification was made
-        del bound.__dict__["_frozen"]
-        bound.__class__ = type(self).accumulator_type()
-        for key, value in vars(self).items():  # (a list or mapping argument is the accumulator's own, never shared)
-            if isinstance(value, (list, dict, set)):
-                setattr(bound, key, copy.deepcopy(value))
+        # a new object of the accumulator type holding the arguments as they are (checked when this specification
+        # was made); a list or mapping argument is the accumulator's own, never shared
+        bound = object.__new__(type(self).accumulator_type())
+        for key, value in vars(self).items():
+            if key != "_frozen":
+                setattr(bound, key, copy.deepcopy(value) if isinstance(value, (list, dict, set)) else value)
         bound.setup(model, context)
         return bound
 
