@@ -57,7 +57,7 @@ def use_datamodule(pipe: "Pipeline", datamodule: Any) -> None:
     metric's from ``seg_datamodule``)."""
     from .importance import prepare_pruning_data
 
-    pipe._data_context = prepare_pruning_data(datamodule, pipe.model, pipe.settings.importance.scorer)
+    pipe.work.data_context = prepare_pruning_data(datamodule, pipe.model, pipe.settings.importance.scorer)
     if not getattr(datamodule, "labeled", True):
         needs = [m for m in pipe.settings.evaluation.metrics if m != "throughput"]
         if needs or pipe.settings.importance.scorer.requires_labels:
@@ -71,7 +71,7 @@ def use_datamodule(pipe: "Pipeline", datamodule: Any) -> None:
     if pipe.seg_datamodule is not None:
         pipe.seg_datamodule.configure_for_model(pipe.model)
     pipe.inputs = DataModuleInputs(datamodule, pipe.seg_datamodule)
-    if pipe.state.inputs is None and pipe._inputs_source is datamodule:  # downloaded since record_inputs
+    if pipe.state.inputs is None and pipe.work.inputs_source is datamodule:  # downloaded since record_inputs
         current_inputs(pipe)
         pipe.save_progress()
 
@@ -90,19 +90,19 @@ def record_inputs(pipe: "Pipeline", datamodule: Any) -> None:
     """
     if getattr(datamodule, "input_fingerprint", None) is None:
         return
-    pipe._inputs_source = datamodule
+    pipe.work.inputs_source = datamodule
     if not getattr(datamodule, "download", False):  # now: a data error comes before anything is written
         current_inputs(pipe)
 
 
 def current_inputs(pipe: "Pipeline") -> Optional[dict[str, Any]]:
     """The fingerprint :func:`record_inputs` asked for, computed once (None: nothing recorded)."""
-    if pipe.state.inputs is None and pipe._inputs_source is not None:
+    if pipe.state.inputs is None and pipe.work.inputs_source is not None:
         s = pipe.settings
         sizes: list[Optional[int]] = [None] if s.importance.scorer.requires_data else []
         if s.search.max_evaluations > 0 or s.export.split == "fitness":
             sizes.append(s.search.num_images)
-        pipe.state.inputs = pipe._inputs_source.input_fingerprint(sizes)
+        pipe.state.inputs = pipe.work.inputs_source.input_fingerprint(sizes)
     return pipe.state.inputs
 
 

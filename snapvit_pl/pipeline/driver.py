@@ -30,7 +30,6 @@ from torch import nn
 from ..device import PeakMemory
 from ..elastic.budget import Budget, CostModel
 from ..elastic.scores import ElasticScores
-from ..elastic.splits import SplitTable
 from ..errors import ConfigError
 from ..models.loading import BackboneSpec, fingerprint
 from ..models.modes import eval_mode
@@ -41,12 +40,12 @@ from ..search.fitness import EmbeddingFitness
 from ..search.loop import SearchProgress, SearchResult, run_search
 from ..search.population import AllGather
 from . import export_stage, reload, saved_state
-from .importance import AllReduceSum, ImportancePass, finish_pass, start_pass
+from .importance import AllReduceSum, finish_pass, start_pass
 from .inputs import LoaderInputs, StageInputs
 from .report import write_report
 from .settings import RECORDED_EXPORT, PipelineSettings
 from .splits import SplitChoice, choose_splits, split_table
-from .state import STAGES, ExtractedModel, RunState
+from .state import STAGES, ExtractedModel, RunState, StageWork
 
 
 @dataclass
@@ -160,15 +159,9 @@ class Pipeline:
         self._cost: Optional[CostModel] = None
         self._fitness_images: Optional[torch.Tensor] = None
         self._fitness: Optional[EmbeddingFitness] = None
-        self._search_progress: Optional[SearchProgress] = None
-        self._scorer_choices: dict[str, str] = {}  # what the scorer chose for itself (kept in the resume state)
-        self._splits = SplitTable()  # the chosen splits, as the elastic scores record them
-        self._importance: Optional[dict[str, Any]] = None  # the stage in progress: its start time and memory
-        self._inputs_source: Any = None  # the DataModule whose fingerprint the run records (record_inputs)
-        self._checked = False  # check() done
         self.resumed = False  # load_state_dict continued an interrupted run
-        self._pass: Optional[ImportancePass] = None  # the importance stage's loop, its scorer bound (start_importance)
-        self._data_context: dict[str, Any] = {}  # what the data tells the scorer (use_datamodule)
+        #: what the stages hand each other while the run works (typed: :class:`StageWork`)
+        self.work = StageWork()
 
     # -- the run folder --------------------------------------------------------------------------------------
     def hold_folder(self) -> None:
@@ -229,10 +222,12 @@ class Pipeline:
     def completed(self, stage: str) -> bool:
         return stage in self.state.completed
 
-    def _show(self) -> ProgressMode | bool:
+    def progress_mode(self) -> ProgressMode | bool:
+        """How this process shows progress: the run's mode on the first process, nothing on the others."""
         return self.progress if self.dist.is_main else "off"
 
-    def _begin(self, stage: str) -> None:
+    def begin_stage(self, stage: str) -> None:
+        """Refuse a stage whose earlier stages (of those this run makes) have not run."""
         missing = [s for s in STAGES[:STAGES.index(stage)] if s in self.stages and s not in self.state.completed]
         if missing:
             raise RuntimeError(f"the {stage} stage runs after {', '.join(missing)}: run those first")
@@ -263,28 +258,23 @@ class Pipeline:
                 result = methods[name]()
         return result
 
-    def _end(self, stage: str) -> None:
+    def end_stage(self, stage: str) -> None:
+        """Record ``stage`` as done."""
         if stage not in self.state.completed:
             self.state.completed.append(stage)
 
-    def _start_memory(self) -> PeakMemory:
+    def start_memory(self) -> PeakMemory:
+        """A peak-memory measurement started now (its kind recorded for the report)."""
         memory = PeakMemory(self.device).start()
         self.state.memory_kind = memory.kind
         return memory
 
     @contextmanager
-    def _peak_memory(self, stage: str) -> Iterator[None]:
+    def peak_memory(self, stage: str) -> Iterator[None]:
         """Record the stage's peak memory (``report.json``'s ``peak_memory_mb``)."""
-        memory = self._start_memory()
+        memory = self.start_memory()
         yield
         self.state.peak_memory_mb[stage] = round(memory.peak_mb(), 1)
-
-
-
-
-
-
-
 
     # -- checks before any work (snapvit_pl/pipeline/export_stage.py) ---------------------------------------
     def check(self) -> None:
@@ -299,10 +289,10 @@ class Pipeline:
     def start_importance(self, batches: Optional[int] = None) -> None:
         """Bind the scorer to the model and reset it (a pass of ``batches`` batches follows); a no-op when the
         scores are complete already (a resumed run)."""
-        self._begin("importance")
+        self.begin_stage("importance")
         if not self.completed("importance"):
             self.hold_folder()  # before any work: a folder this run may not write in is refused now
-            self._pass = start_pass(self, batches)
+            self.work.importance_pass = start_pass(self, batches)
 
     @property
     def importance_passes(self) -> int:
@@ -313,20 +303,20 @@ class Pipeline:
     def importance_step(self, batch: Any) -> dict[str, Any]:
         """Feed one batch to the scorer; returns what to log (e.g. ``{"loss": ...}``). With a plain loader's inputs
         (:func:`~.data_source.use_loader`) the batch is kept for the later stages first, and given the scorer's form."""
-        if self._pass is None:
+        if self.work.importance_pass is None:
             if self.completed("importance"):
                 return {}
             raise RuntimeError("importance_step before start_importance")
         if isinstance(self.inputs, LoaderInputs):
             batch = self.inputs.take(batch)
-        return self._pass.step(batch)
+        return self.work.importance_pass.step(batch)
 
     def finish_importance(self) -> Optional[LocalScores]:
         """End a pass over the data (:func:`~.importance.finish_pass`): after the scorer's last pass, the local scores
         (recorded, progress saved); None while passes remain."""
         if self.completed("importance"):
             return self.state.local
-        if self._pass is None:
+        if self.work.importance_pass is None:
             raise RuntimeError("finish_importance before start_importance")
         return finish_pass(self)
 
@@ -340,18 +330,18 @@ class Pipeline:
         check_passes(self.settings.importance.scorer, batches)
         self.start_importance(len(batches) if hasattr(batches, "__len__") else None)
         with eval_mode(self.model):
-            return self._pass.run(batches, end_pass=self.finish_importance)
+            return self.work.importance_pass.run(batches, end_pass=self.finish_importance)
 
     # -- stage 2: search -------------------------------------------------------------------------------------
     def search(self) -> SearchResult:
         """Search the cross-block coefficients (each DDP rank evaluates its share of every generation); a resumed
         run continues from its saved progress, in the middle of a generation too."""
-        self._begin("search")
+        self.begin_stage("search")
         s = self.settings.search
         world = self.dist.world_size
 
         def saved(progress: SearchProgress) -> None:
-            self._search_progress = progress
+            self.work.search_progress = progress
             self.save_progress()
 
         def logged(es, candidates: torch.Tensor, values: torch.Tensor) -> None:
@@ -362,39 +352,39 @@ class Pipeline:
                 self.events.log_metrics({"search/fitness": value}, first + offset)
             self.events.log_metrics({"search/best_fitness": es.best_fitness, "search/sigma": es.sigma}, es.evaluations)
 
-        with eval_mode(self.model), self._peak_memory("search"):
+        with eval_mode(self.model), self.peak_memory("search"):
             fitness = self.fitness() if s.max_evaluations > 0 else None
             result = run_search(self.model, torch.empty(0) if fitness is None else fitness.images, self._local_scores(), s,
                                 rank=self.dist.rank, world_size=world, all_gather=self.dist.all_gather,
-                                resume=self._search_progress, on_progress=saved, on_generation=logged,
-                                progress=self._show(), fitness=fitness)
+                                resume=self.work.search_progress, on_progress=saved, on_generation=logged,
+                                progress=self.progress_mode(), fitness=fitness)
         self.state.search = result
         self.state.timings.search_s = result.seconds
-        self._end("search")
+        self.end_stage("search")
         return result
 
     # -- stage 3: splits -------------------------------------------------------------------------------------
     def choose_splits(self) -> ElasticScores:
         """Choose the head/MLP split of every cost budget and of the grid (``export.split: fitness``), then write
         the finished elastic scores to the run directory (rank 0). Returns them."""
-        self._begin("splits")
+        self.begin_stage("splits")
         s = self.settings
         if s.export.split == "fitness":  # every rank: the candidates' evaluations are shared
             started = time.perf_counter()
-            with eval_mode(self.model), self._peak_memory("splits"):
+            with eval_mode(self.model), self.peak_memory("splits"):
                 fitness = self.fitness()
                 self.state.splits = choose_splits(
                     self.model, fitness.images, self.elastic_scores(), s.export.budgets, s.search, s.export, self.cost,
-                    self._show(), fitness=fitness, rank=self.dist.rank, world_size=self.dist.world_size,
+                    self.progress_mode(), fitness=fitness, rank=self.dist.rank, world_size=self.dist.world_size,
                     all_gather=self.dist.all_gather)
-            self._splits = split_table(self.state.splits)
+            self.work.splits = split_table(self.state.splits)
             self.state.timings.add("splits", time.perf_counter() - started)
         scores = self.elastic_scores()
         if self.run_dir is not None and self.dist.is_main:
             self.hold_folder()
             scores.save(self.run_dir / s.export.scores_file)
             self.state.scores_file = s.export.scores_file
-        self._end("splits")
+        self.end_stage("splits")
         return scores
 
     # -- stage 4: export -------------------------------------------------------------------------------------
@@ -423,9 +413,9 @@ class Pipeline:
     # -- stage 5: report -------------------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
         """Write ``report.json``, ``report.md`` and ``plots/`` into the run directory (rank 0); returns the report."""
-        self._begin("report")
+        self.begin_stage("report")
         if self.run_dir is None or not self.dist.is_main:
-            self._end("report")
+            self.end_stage("report")
             return {}
         self.hold_folder()
         s = self.settings.report
@@ -435,7 +425,7 @@ class Pipeline:
         report = write_report(self.state, self.run_dir, s.print_table, s.plots, self.events.on_figure)
         if self.events.on_report is not None:
             self.events.on_report(report)
-        self._end("report")
+        self.end_stage("report")
         return report
 
     # -- the whole method ------------------------------------------------------------------------------------
@@ -457,7 +447,7 @@ class Pipeline:
         return replace(
             self._local_scores(), coefficients=None if search is None else search.coefficients,
             settings={**self.state.method, "export": {k: getattr(self.settings.export, k) for k in RECORDED_EXPORT}},
-            search={} if search is None else search.summary(), splits=self._splits,
+            search={} if search is None else search.summary(), splits=self.work.splits,
         )
 
     def _local_scores(self) -> ElasticScores:

@@ -37,11 +37,11 @@ def check(pipe: "Pipeline") -> None:
     Raises:
         PruningSpecError, ConfigError: naming the budget or setting.
     """
-    if pipe._checked:  # once per run (prune.py checks before anything is written, the export callback again)
+    if pipe.work.checked:  # once per run (prune.py checks before anything is written, the export callback again)
         return
     s = pipe.settings
     check_budgets(pipe.model, s.export.budgets, s.importance, s.export.mlp_multiple, pipe.cost)
-    pipe._checked = True
+    pipe.work.checked = True
     if "seg" in s.evaluation.metrics and pipe.seg_datamodule is None and not pipe.inputs.has_segmentation():
         raise ConfigError("evaluation.metrics: 'seg' needs segmentation data; give a SegmentationDataModule as "
                           "seg_data (e.g. the offline Fashion-MNIST canvases: --seg_data SegmentationDataModule "
@@ -80,8 +80,8 @@ def export(pipe: "Pipeline",
         overwrite: replace models already there (else refuse before any is written).
         evaluate_dense: also evaluate the dense model (the report's reference row).
     """
-    pipe._begin("export")
-    with pipe._peak_memory("export"):
+    pipe.begin_stage("export")
+    with pipe.peak_memory("export"):
         return _export(pipe, budgets, models_dir, overwrite, evaluate_dense)
 
 
@@ -125,7 +125,7 @@ def _export(pipe: "Pipeline", budgets: Optional[Sequence[Budget | dict[str, Any]
     if evaluation is not None and dense_job and owner[-1] == pipe.dist.rank:
         with timings.measure("evaluation"):
             dense_metrics = evaluation(pipe.model)
-    with Progress("export", len(budgets), pipe._show(), unit="model") as bar:  # (every process's models)
+    with Progress("export", len(budgets), pipe.progress_mode(), unit="model") as bar:  # (every process's models)
         def finished(item: ExtractedModel) -> None:
             bar.update(model=item.label, **{percent_label(k): round(100 * v, 2)
                                             for k, v in (item.metrics or {}).items() if k.endswith("_top1")})
@@ -164,7 +164,7 @@ def _export(pipe: "Pipeline", budgets: Optional[Sequence[Budget | dict[str, Any]
                 item.checkpoint = path.relative_to(pipe.run_dir).as_posix()
     own = (timings.correction_s or 0.0) + (timings.evaluation_s or 0.0)  # this process's
     pipe.state.timings.add("export", time.perf_counter() - started - own)
-    pipe._end("export")
+    pipe.end_stage("export")
     return pipe.state.extracted
 
 
@@ -172,7 +172,7 @@ def unrecorded(pipe: "Pipeline", budgets: Sequence[Budget], cost: Optional[CostM
     """The cost budgets among ``budgets`` whose split the elastic scores do not record (cut later, they take
     a split interpolated between the recorded ones unless :func:`race_unrecorded` races them)."""
     cost = cost or pipe.cost
-    return [b for b in budgets if (point := b.cost_point(cost)) is not None and not pipe._splits.records(*point)]
+    return [b for b in budgets if (point := b.cost_point(cost)) is not None and not pipe.work.splits.records(*point)]
 
 
 def race_unrecorded(pipe: "Pipeline", budgets: Sequence[Budget], cost: Optional[CostModel] = None) -> list[SplitChoice]:
@@ -183,13 +183,13 @@ def race_unrecorded(pipe: "Pipeline", budgets: Sequence[Budget], cost: Optional[
     if not missing or pipe.settings.export.split != "fitness" or not pipe.inputs.has_fitness_images():
         return []
     started = time.perf_counter()
-    with eval_mode(pipe.model), pipe._peak_memory("splits"):
+    with eval_mode(pipe.model), pipe.peak_memory("splits"):
         choices = choose_splits(
             pipe.model, pipe.fitness_images(), pipe.elastic_scores(), missing, pipe.settings.search,
-            replace(pipe.settings.export, split_grid=0.0), cost or pipe.cost, pipe._show(), fitness=pipe.fitness(),
+            replace(pipe.settings.export, split_grid=0.0), cost or pipe.cost, pipe.progress_mode(), fitness=pipe.fitness(),
             rank=pipe.dist.rank, world_size=pipe.dist.world_size, all_gather=pipe.dist.all_gather)
     for choice in choices:
-        pipe._splits.add(choice.metric, choice.keep, choice.head_ratio)
+        pipe.work.splits.add(choice.metric, choice.keep, choice.head_ratio)
     pipe.state.splits = [*(pipe.state.splits or []), *choices]
     pipe.state.timings.add("splits", time.perf_counter() - started)
     return choices

@@ -207,15 +207,15 @@ def scoring_context(pipe: "Pipeline") -> ScoringContext:
     from a DataModule (:func:`~.data_source.use_datamodule`), its global crops per sample and batch size."""
     importance = pipe.settings.importance
     return ScoringContext(min_mlp_keep=importance.min_mlp_keep, min_head_keep=importance.min_head_keep,
-                          **pipe._data_context)
+                          **pipe.work.data_context)
 
 
 def start_pass(pipe: "Pipeline", batches: Optional[int]) -> ImportancePass:
     """The importance pass of ``pipe``'s run, its scorer bound to the model (:func:`scoring_context`); the stage's
     clock and memory start."""
-    pipe._importance = {"started": time.perf_counter(), "memory": pipe._start_memory()}
+    pipe.work.importance_started = {"started": time.perf_counter(), "memory": pipe.start_memory()}
     return ImportancePass(pipe.settings.importance.scorer, pipe.model, scoring_context(pipe), pipe.dist.all_reduce_sum,
-                          batches, pipe._show())
+                          batches, pipe.progress_mode())
 
 
 def finish_pass(pipe: "Pipeline") -> Optional[LocalScores]:
@@ -224,18 +224,18 @@ def finish_pass(pipe: "Pipeline") -> Optional[LocalScores]:
     passes remain)."""
     from .inputs import LoaderInputs
 
-    local = pipe._pass.end_pass()
+    local = pipe.work.importance_pass.end_pass()
     if local is None:
         if isinstance(pipe.inputs, LoaderInputs):
             pipe.inputs.new_pass()
         return None
     pipe.state.local = local.allocated(pipe.settings.importance.allocation)
-    record_scorer_choices(pipe, pipe._pass.scorer.choices())
-    pipe._pass = None  # its accumulators (a Gram of gigabytes) are not needed once the scores exist
-    pipe.state.timings.add("scoring", time.perf_counter() - pipe._importance["started"])
-    pipe.state.peak_memory_mb["importance"] = round(pipe._importance["memory"].peak_mb(), 1)
-    pipe._importance = None
-    pipe._end("importance")
+    record_scorer_choices(pipe, pipe.work.importance_pass.scorer.choices())
+    pipe.work.importance_pass = None  # its accumulators (a Gram of gigabytes) are not needed once the scores exist
+    pipe.state.timings.add("scoring", time.perf_counter() - pipe.work.importance_started["started"])
+    pipe.state.peak_memory_mb["importance"] = round(pipe.work.importance_started["memory"].peak_mb(), 1)
+    pipe.work.importance_started = None
+    pipe.end_stage("importance")
     pipe.save_progress()
     return pipe.state.local
 
@@ -243,5 +243,5 @@ def finish_pass(pipe: "Pipeline") -> Optional[LocalScores]:
 def record_scorer_choices(pipe: "Pipeline", choices: dict[str, str]) -> None:
     """What the scorer chose for itself (e.g. ``gram: auto`` -> ``full``), in the run's record of the method and
     in its resume state (a resumed run skips the importance pass but reports the same choices)."""
-    pipe._scorer_choices = dict(choices)
+    pipe.work.scorer_choices = dict(choices)
     pipe.state.method["scorer"] = {**pipe.state.method.get("scorer", {}), **choices}

@@ -52,7 +52,7 @@ def from_scores(cls: type["Pipeline"], model: nn.Module, scores: ElasticScores, 
     pipeline.state.method = {k: v for k, v in scores.settings.items() if k != "export"}
     if scores.coefficients is not None:
         pipeline.state.search = SearchResult(scores.coefficients)
-    pipeline._splits = scores.splits
+    pipeline.work.splits = scores.splits
     pipeline.state.completed = ["importance", "search", "splits"]
     return pipeline
 

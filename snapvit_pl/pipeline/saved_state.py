@@ -25,9 +25,9 @@ def state_dict(pipe: "Pipeline") -> dict[str, Any]:
         "fingerprint": pipe.state.fingerprint, "timings": pipe.state.timings.to_dict(),
         "elapsed_s": pipe.state.elapsed(), "peak_memory_mb": dict(pipe.state.peak_memory_mb),
         "local": None if pipe.state.local is None else pipe.state.local.to_dict(),
-        "search": None if pipe._search_progress is None else pipe._search_progress.to_dict(),
+        "search": None if pipe.work.search_progress is None else pipe.work.search_progress.to_dict(),
         "inputs": pipe.state.inputs,
-        "scorer_choices": dict(pipe._scorer_choices),
+        "scorer_choices": dict(pipe.work.scorer_choices),
     }
 
 
@@ -57,9 +57,9 @@ def load_state_dict(pipe: "Pipeline", state: dict[str, Any]) -> None:
     if state.get("local") is not None:
         pipe.state.local = LocalScores.from_dict(state["local"])
         record_scorer_choices(pipe, state.get("scorer_choices", {}))
-        pipe._end("importance")
+        pipe.end_stage("importance")
     if state.get("search") is not None:
-        pipe._search_progress = SearchProgress.from_dict(state["search"])
+        pipe.work.search_progress = SearchProgress.from_dict(state["search"])
 
 
 def save_progress(pipe: "Pipeline") -> None:

@@ -9,11 +9,12 @@ from typing import Any, Iterator, Optional
 from torch import nn
 
 from ..elastic.budget import Budget
+from ..elastic.splits import SplitTable
 from ..models.cost import macs
 from ..models.loading import BackboneSpec
 from ..models.units import Subnet
 from ..scoring.base import LocalScores
-from ..search.loop import SearchResult
+from ..search.loop import SearchProgress, SearchResult
 from .splits import SplitChoice
 
 #: Evaluation results that depend on the machine and the moment, not on the model: kept out of saved models.
@@ -133,6 +134,31 @@ class ExtractedModel:
         if "correction" in entry:
             entry["correction"] = {k: v for k, v in entry["correction"].items() if k != "seconds"}
         return entry
+
+
+@dataclass
+class StageWork:
+    """What a run's stages hand each other while it works (the results are in :class:`RunState`).
+
+    Attributes:
+        checked: the checks before any work are done (:func:`snapvit_pl.pipeline.export_stage.check`).
+        data_context: what the data tells the scorer (:func:`snapvit_pl.pipeline.data_source.use_datamodule`).
+        inputs_source: the DataModule whose fingerprint the run records (``record_inputs``).
+        importance_pass: the importance stage's loop, its scorer bound (between its start and its end).
+        importance_started: the importance stage in progress: ``{"started": perf_counter, "memory": PeakMemory}``.
+        scorer_choices: what the scorer chose for itself (kept in the resume state).
+        search_progress: the search's progress (kept in the resume state).
+        splits: the chosen splits, as the elastic scores record them.
+    """
+
+    checked: bool = False
+    data_context: dict[str, Any] = field(default_factory=dict)
+    inputs_source: Any = None
+    importance_pass: Any = None
+    importance_started: Optional[dict[str, Any]] = None
+    scorer_choices: dict[str, str] = field(default_factory=dict)
+    search_progress: Optional[SearchProgress] = None
+    splits: SplitTable = field(default_factory=SplitTable)
 
 
 @dataclass

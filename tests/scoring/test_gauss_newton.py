@@ -174,9 +174,9 @@ def test_the_run_drops_its_scorer_and_gram_once_the_scores_exist():
                         progress="off")
     pipeline.start_importance(1)
     pipeline.importance_step(views(2)[:, 0])
-    gram = weakref.ref(pipeline._pass.scorer._acc["gram"])
+    gram = weakref.ref(pipeline.work.importance_pass.scorer._acc["gram"])
     pipeline.finish_importance()
     gc.collect()
-    assert pipeline._pass is None and gram() is None
+    assert pipeline.work.importance_pass is None and gram() is None
     assert not hasattr(pipeline.settings.importance.scorer, "_acc")
     assert pipeline.state.method["scorer"]["gram_used"] == "full"
