@@ -41,7 +41,7 @@ FIRST_SCREEN: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     ("budgets and outputs", (
         ("export.budgets", "LIST", "e.g. '[{flops: 0.5}, {sparsity: 0.4}]'"),
         ("out_dir", "DIR", "run directory (default: runs/prune/<time>)"),
-        ("correction.enabled", "BOOL|auto", "weight correction (auto: models with a classifier)"),
+        ("correction.enabled", "BOOL|auto", "weight correction (auto: with a head)"),
     )),
     ("evaluation of the dense and every pruned model", (
         ("evaluation.metrics", "LIST", "knn, linear, head, seg, throughput, []"),

@@ -69,8 +69,10 @@ def test_compare_methods_quick_gives_every_method_the_split_and_the_correction(t
     main(["--quick", "--threads", "1", "--out", str(tmp_path / "compare")])
     report = json.loads((tmp_path / "compare.json").read_text())
     entry = report["models"]["reference"]
-    assert {(r["method"], r["corrected"]) for r in entry["runs"]} == \
-        {(m, c) for m in ("ours", "snapvit", "label_fisher") for c in (False, True)}
+    methods = ("ours", "snapvit", "label_fisher")  # one pass each: its models as cut and corrected
+    assert [(r["method"], r["corrected"]) for r in entry["runs"]] == [(m, True) for m in methods]
+    assert {(r["method"], r["corrected"]) for r in entry["rows"]} == {(m, c) for m in methods for c in (False, True)}
+    assert all(r["correction"]["kept"] in ("corrected", "as cut") for r in entry["rows"] if r["corrected"])
     assert all("splits" in r for r in entry["runs"])  # every method cut at the fitness-chosen split
     assert {"ours", "ours+correction"} == set(report["goal"])  # the goal is checked against label Fisher
     assert all(check["rival"] == "label_fisher" for check in report["goal"]["ours"]["checks"])
