@@ -63,9 +63,16 @@ def summary(checks: list[dict[str, Any]]) -> dict[str, Any]:
     for check in checks:
         blocks.update(check.get("blocks_kept") or {})
     seconds = [c["seconds"] for c in checks if c.get("seconds") is not None]
+    measured = [c["output_check"] for c in checks if c.get("output_check")]
+
+    def mean(side: str, key: str) -> Optional[float]:
+        values = [m[side][key] for m in measured if key in m[side]]
+        return statistics.fmean(values) if values else None
+
     return {"models": len(checks), "corrected": sum(c.get("kept") == "corrected" for c in checks),
             "blocks_kept": dict(blocks), "seconds": statistics.fmean(seconds) if seconds else None,
-            "steps_run": [sum(c["steps_run"]) for c in checks if c.get("steps_run")]}
+            "steps_run": [sum(c["steps_run"]) for c in checks if c.get("steps_run")],
+            **{f"{key}_{side}": mean(side, key) for key in ("drift", "neighbours") for side in ("as_cut", "corrected")}}
 
 
 def build(runs: list[tuple[str, Path]]) -> dict[str, Any]:
@@ -93,25 +100,54 @@ def markdown(report: dict[str, Any]) -> str:
              "Each model evaluated as cut and corrected in the same pass; mean ± std over seeds (the seed draws the "
              "pruning, fitness and calibration images); `diff`: the mean paired difference, corrected minus as cut; "
              "`ok`: not below minus the seed spread (the larger std of the two columns). `kept`: models the output "
-             "check kept corrected, of all; `blocks`: each pruned block's variant, over models and seeds; `s/model`: "
-             "the correction's seconds per model in these runs (two runs shared the 2-core machine)."]
+             "check kept corrected, of all; `blocks`: each pruned block's variant, over models and seeds; `drift` "
+             "and `neighbours`: the output check on the held-out images, as cut -> corrected, means over seeds "
+             "(`1 - mean cosine` to the dense embeddings; the share of each image's ten nearest held-out neighbours "
+             "under the dense model kept, models without a classifier); `s/model`: the correction's seconds per "
+             "model in these runs (other runs shared the 2-core machine)."]
     for variant, entry in report["variants"].items():
         lines += ["", f"## {variant}: `{' '.join(entry['overrides']) or '(the defaults)'}`", "",
                   f"Every cell passes: **{'yes' if entry['passes'] else 'no'}**.", "",
                   "| model | kept params | metric | dense | as cut | corrected | diff | spread | ok | kept | blocks "
-                  "| s/model |", "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---|---:|"]
+                  "| drift | neighbours | s/model |", "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|"]
         order = {key: i for i, (key, _) in enumerate(REPORTED)}
         for r in sorted(entry["rows"], key=lambda r: (r["model"], -r["kept_params"], order[r["metric"]])):
             c = r["checks"]
             blocks = ", ".join(f"{k} {v}" for k, v in sorted(c["blocks_kept"].items())) or "-"
             seconds = f"{c['seconds']:.1f}" if c["seconds"] is not None else "-"
+            drift, neighbours = (f"{c[f'{k}_as_cut']:.{d}f} -> {c[f'{k}_corrected']:.{d}f}"
+                                 if c.get(f"{k}_as_cut") is not None else "-"
+                                 for k, d in (("drift", 4), ("neighbours", 3)))
             lines.append(
                 f"| {r['model']} | {r['kept_params']:.0%} | {titles[r['metric']]} | {r['dense']:.2f} | "
                 f"{r['cut']:.2f} ± {r['cut_std']:.2f} | {r['corrected']:.2f} ± {r['corrected_std']:.2f} | "
                 f"{r['difference']:+.2f} | {r['spread']:.2f} | {'yes' if r['passes'] else '**no**'} | "
-                f"{c['corrected']}/{c['models']} | {blocks} | {seconds} |")
+                f"{c['corrected']}/{c['models']} | {blocks} | {drift} | {neighbours} | {seconds} |")
     runs = ", ".join(f"{v}: `{p}`" for v, p in report["runs"])
-    return "\n".join(lines + ["", f"Runs: {runs}."]) + "\n"
+    return "\n".join(lines[:3] + summary_tables(report) + lines[3:] + ["", f"Runs: {runs}."]) + "\n"
+
+
+def summary_tables(report: dict[str, Any]) -> list[str]:
+    """Per variant, one line per model and metric: the paired difference (seed spread) at each cut, `no` where it is
+    below minus the spread. A cut is an (mlp, head) pair; its header gives the mean kept parameter share."""
+    titles = dict(REPORTED)
+    order = {key: i for i, (key, _) in enumerate(REPORTED)}
+    lines = []
+    for variant, entry in report["variants"].items():
+        shares: dict[tuple[float, ...], list[float]] = {}
+        for r in entry["rows"]:
+            shares.setdefault(tuple(r["pair"]), []).append(r["kept_params"])
+        pairs = sorted(shares, key=lambda pair: -statistics.fmean(shares[pair]))
+        lines += ["", f"## Summary, {variant}: corrected minus as cut (seed spread)", "",
+                  "| model | metric | " + " | ".join(f"{statistics.fmean(shares[p]):.0%} of the parameters"
+                                                     for p in pairs) + " |", "|---|---|" + "---:|" * len(pairs)]
+        cells: dict[tuple[str, str], dict[tuple[float, ...], str]] = {}
+        for r in entry["rows"]:
+            cell = f"{r['difference']:+.2f} ({r['spread']:.2f})" + ("" if r["passes"] else " **no**")
+            cells.setdefault((r["model"], r["metric"]), {})[tuple(r["pair"])] = cell
+        for (model, metric), row in sorted(cells.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):
+            lines.append(f"| {model} | {titles[metric]} | " + " | ".join(row.get(p, "n/a") for p in pairs) + " |")
+    return lines
 
 
 def main(argv: Optional[list[str]] = None) -> int:

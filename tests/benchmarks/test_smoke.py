@@ -255,3 +255,29 @@ def test_search_speed_times_the_search_and_its_bare_forwards_as_a_pair_in_rounds
     assert len(report["rounds"]) == 3 and all(timed(r["search_s"], r["bare_s"], r["ratio"]) for r in report["rounds"])
     assert set(report["ratio"]) == {"median", "min", "max"} and report["provenance"]["machine"]["torch_threads"] == 1
     assert "| median |" in (tmp_path / "s.md").read_text()
+
+
+def test_correction_default_pairs_each_seed_and_flags_a_loss_beyond_the_spread(tmp_path):
+    """Issue 75's table from a compare_methods report: corrected minus as cut per seed, a cell failing only where the
+    mean difference is below minus the seed spread."""
+    from benchmarks.correction_default import main
+
+    def row(seed, corrected, knn, head):
+        return {"method": "ours", "seed": seed, "corrected": corrected, "pair": [0.65, 0.5], "params": 41,
+                "knn_top1": knn, "head_top1": head, "linear_top1": None,
+                **({"correction": {"kept": "corrected", "seconds": 2.0, "blocks_kept": {"fitted": 2},
+                                   "output_check": {"as_cut": {"drift": 0.04}, "corrected": {"drift": 0.01}}}}
+                   if corrected else {})}
+
+    rows = [row(s, c, knn, head) for s, (cut_knn, fit_knn) in enumerate([(0.70, 0.68), (0.71, 0.69), (0.70, 0.69)])
+            for c, knn, head in ((False, cut_knn, 0.80), (True, fit_knn, 0.82 + 0.001 * s))]
+    run = {"settings": {"overrides": ["--correction.held_out=0.2"]},
+           "models": {"m": {"dense": {"params": 100, "knn_top1": 0.72, "head_top1": 0.85}, "rows": rows}}}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    assert main(["--runs", f"fit={tmp_path / 'run.json'}", "--out", str(tmp_path / "default")]) == 0
+    report = json.loads((tmp_path / "default.json").read_text())
+    cells = {r["metric"]: r for r in report["variants"]["fit"]["rows"]}
+    assert cells["knn_top1"]["difference"] == pytest.approx(-1.67, abs=0.01) and not cells["knn_top1"]["passes"]
+    assert cells["head_top1"]["passes"] and cells["head_top1"]["checks"]["corrected"] == 3
+    text = (tmp_path / "default.md").read_text()
+    assert "| m | k-NN top-1 | -1.67 (0.58) **no** |" in text and "0.0400 -> 0.0100" in text
