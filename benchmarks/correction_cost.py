@@ -14,9 +14,9 @@ full-size names below and the development models (their architecture, random wei
 them).
 
 Random weights (no download), synthetic calibration images, one torch thread, the CPU. Each (model, method, images)
-runs in a fresh process, so that its peak resident memory (:class:`snapvit_pl.device.PeakMemory`, reset when the
-correction starts) is its own. The sub-network keeps 50% of the heads and 35% of the MLP neurons of every block (about
-41% of the parameters; which units are kept does not change the cost). Each method is what ``prune.py`` runs for
+runs in a fresh process, ``--rounds`` times (the methods alternating; the median is reported), so that its peak
+resident memory (:class:`snapvit_pl.device.PeakMemory`, reset when the correction starts) is its own. The
+sub-network keeps 50% of the heads and 35% of the MLP neurons of every block (about 41% of the parameters; which units are kept does not change the cost). Each method is what ``prune.py`` runs for
 ``--correction.method`` (:class:`snapvit_pl.pipeline.extraction.Correction`, a copy of the base model included).
 8 calibration images is what ``configs/prune/quick.yaml`` gives the correction (its whole pruning set), the setting
 ``issue 55`` compares with the importance stage of that config (``quick_cpu.md``).
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -99,15 +100,16 @@ def markdown(report: dict[str, Any]) -> str:
              f"and {KEEP_NEURONS:.0%} of the MLP neurons of every block. Peak memory: the process's peak resident "
              "set size during the correction (the model, its copy and the calibration streams); 'held before': "
              "what the process held when it started (the model and the images).", "",
-             "| model | kept params | method | calibration images | held out | seconds | x the fit alone | peak (MiB) "
-             "| held before (MiB) |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "| model | kept params | method | calibration images | held out | seconds | rounds | x the fit alone "
+             "| peak (MiB) | held before (MiB) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     fit = {(r["model"], r["images"]): r["seconds"] for r in rows if r["method"] == "dense_fit"}
     for r in rows:
         alone = fit.get((r["model"], r["images"]))
         ratio = f"{r['seconds'] / alone:.2f}" if alone else "-"
         lines.append(f"| {r['model']} | {r['kept_params'] / r['dense_params']:.0%} | {r['method']} | {r['images']} | "
-                     f"{r.get('held_out_images', 0)} | {r['seconds']:.1f} | {ratio} | {r['peak_mb']:.0f} | "
+                     f"{r.get('held_out_images', 0)} | {r['seconds']:.1f} | {len(r.get('rounds', [0]))} | {ratio} | "
+                     f"{r['peak_mb']:.0f} | "
                      f"{r['held_before_mb']:.0f} |")
     return "\n".join(lines) + "\n"
 
@@ -118,6 +120,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated subset of {', '.join(VARIANTS)}")
+    parser.add_argument("--rounds", type=int, default=1, help="measurements of each (model, method), median kept")
+    parser.add_argument("--full-size-rounds", type=int, default=1, help="the same for the full-size models")
     parser.add_argument("--tiny", action="store_true", help="smoke run: a tiny model, 2 images")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: model,method,images
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/correction_cost)")
@@ -130,14 +134,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     counts = [2] if args.tiny else [int(n) for n in args.images.split(",")]
     rows = []
     for label, name in models.items():
+        rounds = args.full_size_rounds if label in MODELS else args.rounds
         for images in counts:
-            for method in args.methods.split(","):
-                done = subprocess.run([sys.executable, __file__, "--one", f"{name},{method},{images}",
-                                       *(["--tiny"] if args.tiny else [])], capture_output=True, text=True,
-                                      env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
-                row = {**json.loads(done.stdout.strip().splitlines()[-1]), "model": label}
-                print(f"{label} {method} {images} images: {row['seconds']:.1f} s, peak {row['peak_mb']:.0f} MiB",
-                      flush=True)
+            # rounds alternate the methods (paired: a busy moment slows one round of each); the median is reported
+            measured: dict[str, list[dict[str, Any]]] = {method: [] for method in args.methods.split(",")}
+            for _ in range(rounds):
+                for method in measured:
+                    done = subprocess.run([sys.executable, __file__, "--one", f"{name},{method},{images}",
+                                           *(["--tiny"] if args.tiny else [])], capture_output=True, text=True,
+                                          env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+                    measured[method].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            for method, runs in measured.items():
+                seconds = sorted(r["seconds"] for r in runs)
+                row = {**runs[0], "model": label, "seconds": statistics.median(seconds), "rounds": seconds,
+                       "peak_mb": max(r["peak_mb"] for r in runs)}
+                print(f"{label} {method} {images} images: {row['seconds']:.1f} s (median of {len(runs)}), "
+                      f"peak {row['peak_mb']:.0f} MiB", flush=True)
                 rows.append(row)
     out = Path(args.out) if args.out else RESULTS / ("correction_cost_tiny" if args.tiny else "correction_cost")
     write_results(out, {"rows": rows, "machine": machine_info()}, markdown, args,
