@@ -15,8 +15,8 @@ them).
 
 Random weights (no download), synthetic calibration images, one torch thread, the CPU. Each (model, method, images)
 runs in a fresh process, ``--rounds`` times (the methods alternating; the median is reported), so that its peak
-resident memory (:class:`snapvit_pl.device.PeakMemory`, reset when the correction starts) is its own. The sub-
-network keeps 50% of the heads and 35% of the MLP neurons of every block (about 41% of the parameters; which units
+resident memory (:class:`snapvit_pl.device.PeakMemory`, reset when the correction starts) is its own. The
+sub-network keeps 50% of the heads and 35% of the MLP neurons of every block (about 41% of the parameters; which units
 are kept does not change the cost). Each method is what ``prune.py`` runs for ``--correction.method``
 (:class:`snapvit_pl.pipeline.extraction.Correction`, a copy of the base model included). 8 calibration images is
 what ``configs/prune/quick.yaml`` gives the correction (its whole pruning set), the setting ``issue 55`` compares
