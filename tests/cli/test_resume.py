@@ -244,6 +244,7 @@ def test_ctrl_c_in_the_reconstruction_steps_stops_the_run_there(tmp_path):
     ten million steps per block (hours of work), the run stops at the SIGINT and says how to continue."""
     run = tmp_path / "run"
     process = _start(run, "--correction.enabled=true", "--correction.reconstruct_steps=10000000",
+                     "--correction.reconstruct_patience=null",
                      "--search.max_evaluations=0", "--export.budgets=[{flops: 0.6}]",
                      env=_hooked(tmp_path, SIGINT_IN_RECONSTRUCTION))
     _, stderr = process.communicate(timeout=300)
