@@ -44,6 +44,7 @@ KINDS: dict[str, frozenset[str]] = {script: frozenset(kinds.split("+")) for scri
     "benchmarks/compare_methods.py": "accuracy",
     "benchmarks/compare_methods_deep.py": "accuracy",
     "benchmarks/correction_cost.py": "timing",
+    "benchmarks/correction_default.py": "accuracy+timing",
     "benchmarks/correction_finetune.py": "accuracy+timing",
     "benchmarks/correction_selection.py": "accuracy+timing",
     "benchmarks/demo_prune_report.py": "accuracy+timing",
