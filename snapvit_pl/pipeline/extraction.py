@@ -45,10 +45,10 @@ CORRECTION_HINT = ("the pruned models are not corrected: --correction.enabled tr
 
 #: The hint when ``enabled: auto`` left a headless backbone's models as cut.
 HEADLESS_HINT = ("the pruned models are not corrected: the backbone has no classifier, and correction.enabled auto "
-                 "leaves a headless backbone's models as cut (on the self-supervised development model the correction "
-                 "lowered k-NN accuracy where no label-free check could see it; on the other it raised it by up to "
-                 "3 points); --correction.enabled true corrects them, and the report then shows each model as cut "
-                 "beside it (the documentation site, page 'The method', section 4)")
+                 "leaves a headless backbone's models as cut (of the two self-supervised development models, the "
+                 "correction raised one's k-NN accuracy and lowered the other's where no label-free check could see "
+                 "it); --correction.enabled true corrects them, and the report then shows each model as cut beside "
+                 "it (the documentation site, page 'The method', section 4)")
 
 #: The hint when the scores were ranked for corrected models (``GaussNewtonGreedy(correction_aware=True)``).
 CORRECTION_AWARE_HINT = ("the scores were ranked for corrected models (the scorer's correction_aware: true) but the "
@@ -305,8 +305,12 @@ def extract_models(
     extracted = []
     for item in items:
         subnet = item.subnet
-        as_cut = prune_(copy.deepcopy(base), subnet)
-        if correction is not None and evaluation is not None:  # the report shows the model as cut beside it
+        # the model as cut: the result without correction; with it, what the report shows beside the corrected model
+        # and what the output check compares it with (a correction that holds nothing out and is not evaluated
+        # needs none)
+        as_cut = prune_(copy.deepcopy(base), subnet) if correction is None or evaluation is not None or len(
+            getattr(correction, "held_out", ())) else None
+        if correction is not None and evaluation is not None:
             with timings.measure("evaluation"):
                 item.metrics_as_cut = evaluation(as_cut)
         if correction is not None:

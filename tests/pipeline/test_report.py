@@ -181,7 +181,7 @@ def test_corrected_models_are_shown_beside_the_models_as_cut(tmp_path):
     assert second[-1] == "as cut 3.2s" and table[0][-1] == "-"
     assert report["pruned"][0]["metrics_as_cut"]["knn_top1"] == pytest.approx(0.88)
     markdown = (tmp_path / "report.md").read_text()
-    assert "20 of them held out to judge each model: 1 of 2 corrected models kept" in markdown
+    assert "20 of them held out to judge each model: 1 of 2 models kept corrected, the others as cut" in markdown
     assert "| k-NN % as cut | k-NN % corr. |" in markdown
     scalars, hparams = logged_metrics(report)
     assert ("models/knn_top1_as_cut_vs_params", pytest.approx(0.88), state.extracted[0].params) in scalars
