@@ -122,8 +122,9 @@ def report_markdown(report: dict[str, Any], figures: Optional[dict[str, str]] = 
         checked = [e for e in report["pruned"] if (e.get("correction") or {}).get("output_check")]
         held = next((e["correction"]["held_out_images"] for e in checked), 0)
         kept = sum(e["correction"]["kept"] == "corrected" for e in checked)
-        check = (f"; {held} of them held out to judge each model: {kept} of {len(checked)} models kept corrected, "
-                 "the others as cut (closer to the dense model)" if checked else "")
+        others = ", the others as cut (closer to the dense model)" if kept < len(checked) else ""
+        check = (f"; {held} of them held out to judge each model: {kept} of {len(checked)} models kept corrected"
+                 f"{others}" if checked else "")
         lines.append(f"- weight correction: `{correction['method']}`, {correction['num_samples']} calibration images"
                      f"{fewer}{steps}{check}"
                      if correction["applied"] else "- weight correction: off" + (

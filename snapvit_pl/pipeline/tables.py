@@ -59,13 +59,13 @@ def as_cut_names(report: dict[str, Any]) -> list[str]:
 
 
 def correction_cell(entry: dict[str, Any]) -> str:
-    """What the correction did to one model: ``-`` (none), ``kept 3.1s`` (corrected, in 3.1 s), ``as cut 2.0s``
-    (the output check kept the model as cut)."""
+    """What the correction did to one model and its seconds: ``-`` (none), ``3.1s`` (corrected in 3.1 s), ``cut
+    2.0s`` (the output check kept the model as cut)."""
     record = entry.get("correction")
     if not record:
         return "-"
-    word = "as cut" if record.get("kept") == "as cut" else "kept"
-    return f"{word} {record['seconds']:.1f}s" if record.get("seconds") is not None else word
+    seconds = f"{record['seconds']:.1f}s" if record.get("seconds") is not None else ""
+    return " ".join(filter(None, ("cut" if record.get("kept") == "as cut" else "", seconds))) or "yes"
 
 
 def rows(report: dict[str, Any]) -> list[list[str]]:
@@ -92,14 +92,14 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 def columns(report: dict[str, Any]) -> list[str]:
-    """The table's column labels: with corrected models, each accuracy ``as cut`` then ``corrected``, and the
-    correction's outcome and cost per model."""
+    """The table's column labels: with corrected models, each accuracy as cut (``k-NN % cut``) then the model's own,
+    corrected (``k-NN %``), and the correction's outcome and seconds per model (``corr.``)."""
     as_cut = as_cut_names(report)
     labels = []
     for m in metric_names(report):
         short = TABLE_METRICS[m][0]
-        labels += [f"{short} as cut", f"{short} corr."] if m in as_cut else [short]
-    return ["model", "mlp/head", "params", "FLOPs", "MACs", *labels, *(["correction"] if as_cut else [])]
+        labels += [f"{short} cut", short] if m in as_cut else [short]
+    return ["model", "mlp/head", "params", "FLOPs", "MACs", *labels, *(["corr."] if as_cut else [])]
 
 
 def summary_table(report: dict[str, Any]):
@@ -109,9 +109,9 @@ def summary_table(report: dict[str, Any]):
 
     table = Table(title=f"snapvit-pl: {report['model']['model_name']}", box=box.SIMPLE_HEAD, padding=(0, 1),
                   caption=CAPTION)
-    for column in columns(report):  # the model label never folds; the numbers fold (never cut) when too narrow
+    for column in columns(report):  # the model label and ratios never fold; the numbers fold (never cut) when narrow
         table.add_column(column, justify="left" if column == "model" else "right", overflow="fold",
-                         no_wrap=column == "model")
+                         no_wrap=column in ("model", "mlp/head"))
     for row in rows(report):
         table.add_row(*row)
     return table

@@ -172,23 +172,22 @@ def test_corrected_models_are_shown_beside_the_models_as_cut(tmp_path):
                            "output_check": {"held_out_images": 20, "kept": kept}, "seconds": 3.25}
     state.correction = {"enabled": True, "applied": True, "method": "dense_fit", "device": "cpu", "num_samples": 100}
     report = write_report(state, tmp_path, print_table=False, plots=False)
-    assert columns(report) == ["model", "mlp/head", "params", "FLOPs", "MACs", "k-NN % as cut", "k-NN % corr.",
-                               "linear % as cut", "linear % corr.", "head % as cut", "head % corr.", "img/s",
-                               "correction"]
+    assert columns(report) == ["model", "mlp/head", "params", "FLOPs", "MACs", "k-NN % cut", "k-NN %",
+                               "linear % cut", "linear %", "head % cut", "head %", "img/s", "corr."]
     table = rows(report)
     first, second = table[1], table[2]
-    assert first[5:7] == [f"{100 * (0.9 - 0.02):.2f}", f"{100 * 0.9:.2f}"] and first[-1] == "kept 3.2s"
-    assert second[-1] == "as cut 3.2s" and table[0][-1] == "-"
+    assert first[5:7] == [f"{100 * (0.9 - 0.02):.2f}", f"{100 * 0.9:.2f}"] and first[-1] == "3.2s"
+    assert second[-1] == "cut 3.2s" and table[0][-1] == "-"
     assert report["pruned"][0]["metrics_as_cut"]["knn_top1"] == pytest.approx(0.88)
     markdown = (tmp_path / "report.md").read_text()
     assert "20 of them held out to judge each model: 1 of 2 models kept corrected, the others as cut" in markdown
-    assert "| k-NN % as cut | k-NN % corr. |" in markdown
+    assert "| k-NN % cut | k-NN % |" in markdown
     scalars, hparams = logged_metrics(report)
     assert ("models/knn_top1_as_cut_vs_params", pytest.approx(0.88), state.extracted[0].params) in scalars
     assert hparams["sparsity0.1/knn_top1_as_cut"] == pytest.approx(0.88)
     # uncorrected runs keep one column per metric
     plain = _finished_state(1)
-    assert "k-NN %" in columns(build_report(plain)) and "correction" not in columns(build_report(plain))
+    assert "k-NN %" in columns(build_report(plain)) and "corr." not in columns(build_report(plain))
 
 
 def test_the_end_of_run_note_comes_only_where_a_model_loses_accuracy():
